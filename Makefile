@@ -1,0 +1,30 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU/CUDA build of torch is chosen here, before the project's own install sees a range.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: install run test ui clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -e ".[dev]"
+	touch $@
+
+install: $(BIN)/.installed
+
+run: install            ## the whole DVC pipeline on the embedded default data
+	test -d .dvc || $(BIN)/dvc init --no-scm -q
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
+
+test: install           ## the test suite
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
+
+ui: install             ## the MLflow UI over the project's local store, on 127.0.0.1:5000
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+
+clean:
+	rm -rf outputs artifacts data/prepared mlflow.db mlruns

@@ -1,0 +1,24 @@
+"""Prepare a data set: `python pipelines/prepare.py [data.source=builtin|local|hub] [data.local_dir=DIR]`."""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from transformer_lab.prepare import prepare  # noqa: E402
+from transformer_lab.utils.cli import pipeline  # noqa: E402
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="prepare")
+@pipeline
+def main(cfg: DictConfig) -> None:
+    summary = prepare(cfg)
+    print(f"prepared {cfg.data.name} from {cfg.data.source} into {cfg.data.prepared_dir}: "
+          + ", ".join(f"{s} {summary[s]['utterances']}" for s in ("train", "dev", "test")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Evaluation of a trained checkpoint on a prepared split: metrics, plots, and the same MLflow run."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from transformer_lab import plots, tracking
+from transformer_lab.data.atis import read_prepared_split
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.evaluation import intent_confusion, per_slot_f1, score_predictions
+from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
+from transformer_lab.utils.io import atomic_write_json, atomic_write_text
+
+
+def load_task(checkpoint: str | Path) -> JointIntentSlotTask:
+    path = Path(checkpoint)
+    if not path.is_file():
+        raise TransformerLabError(f"{path}: checkpoint not found; train first (`dvc repro train_atis`)")
+    return JointIntentSlotTask.load_from_checkpoint(path, map_location="cpu", weights_only=False)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buffer.getvalue())
+
+
+def _mlflow_run(cfg: DictConfig, run_reference: dict | None):
+    """The training run's MLflow run if it still exists, else a new run in the same experiment."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = MlflowClient(cfg.paths.mlflow_tracking_uri)
+    if run_reference:
+        try:
+            return client, client.get_run(run_reference["run_id"]).info.run_id
+        except mlflow.exceptions.MlflowException:
+            pass
+    experiment = client.get_experiment_by_name(cfg.task_name)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(
+        cfg.task_name, artifact_location=tracking.default_artifact_location(cfg.paths.root_dir))
+    return client, client.create_run(experiment_id, tags={"mlflow.runName": "evaluate"}).info.run_id
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    torch.manual_seed(cfg.seed)
+    output_dir = Path(cfg.paths.output_dir)
+    task = load_task(cfg.checkpoint)
+    gold = read_prepared_split(cfg.data.prepared_dir, cfg.split)
+    predicted = task.predict_words([g["words"] for g in gold])
+    metrics = score_predictions(gold, predicted)
+    slot_rows, confusion_rows = per_slot_f1(gold, predicted), intent_confusion(gold, predicted)
+
+    metrics_path = output_dir / "metrics.json"
+    atomic_write_json(metrics_path, {f"{cfg.split}/{k}": v for k, v in metrics.items()})
+    _write_csv(output_dir / "per_slot_f1.csv", slot_rows)
+    _write_csv(output_dir / "intent_confusion.csv", confusion_rows)
+    figures = [
+        plots.confusion_matrix(confusion_rows, output_dir / "intent_confusion.png", f"intent confusion ({cfg.split})"),
+        plots.per_label_bars(slot_rows, "slot", "f1", output_dir / "per_slot_f1.png", f"slot F1 by type ({cfg.split})"),
+    ]
+    if cfg.get("logger"):
+        client, run_id = _mlflow_run(cfg, tracking.read_run_reference(cfg.run_reference))
+        for name, value in metrics.items():
+            client.log_metric(run_id, f"{cfg.split}/{name}", float(value))
+        for path in [metrics_path, output_dir / "per_slot_f1.csv", output_dir / "intent_confusion.csv", *figures]:
+            client.log_artifact(run_id, str(path), "evaluation")
+    return metrics

@@ -1,0 +1,68 @@
+"""Multi-head self-attention: the one attention implementation every model uses.
+
+Each head has its own query, key and value projection. They are stored as one
+``d_model x d_model`` matrix per role whose rows are split into heads, which is the
+same as ``n_heads`` separate ``d_model x d_head`` projections but costs one matmul.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class MultiHeadSelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.q = nn.Linear(d_model, d_model, bias=bias)
+        self.k = nn.Linear(d_model, d_model, bias=bias)
+        self.v = nn.Linear(d_model, d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = dropout
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.d_head).transpose(1, 2)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        return_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (batch, length, d_model); key_padding_mask: (batch, length), True = real token.
+
+        Returns the attended values and, if asked, the attention weights
+        (batch, n_heads, length, length) for inspection and plots.
+        """
+        batch, length, d_model = x.shape
+        q, k, v = self._split_heads(self.q(x)), self._split_heads(self.k(x)), self._split_heads(self.v(x))
+
+        mask = None
+        if key_padding_mask is not None:
+            mask = key_padding_mask[:, None, None, :].to(torch.bool)  # broadcast over heads and queries
+        if is_causal:
+            causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
+            mask = causal if mask is None else mask & causal
+
+        dropout_p = self.dropout if self.training else 0.0
+        weights = None
+        if return_weights:
+            # The fused kernel does not expose its probabilities; compute them explicitly.
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = scores.softmax(dim=-1)
+            attended = F.dropout(weights, dropout_p, self.training) @ v
+        else:
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        attended = attended.transpose(1, 2).reshape(batch, length, d_model)
+        return self.out(attended), weights

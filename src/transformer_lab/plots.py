@@ -1,0 +1,73 @@
+"""Figures people would rather look at than read: training curves, confusion, per-slot F1."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def training_curves(history_csv: str | Path, out_png: str | Path) -> Path | None:
+    path = Path(history_csv)
+    if not path.is_file():
+        return None
+    rows = list(csv.DictReader(path.open()))
+    if not rows:
+        return None
+    epochs = [int(r["epoch"]) for r in rows]
+    fig, (loss_ax, score_ax) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for name in rows[0]:
+        values = [float(r[name]) if r.get(name) not in (None, "", "nan") else float("nan") for r in rows]
+        if name.endswith("loss"):
+            loss_ax.plot(epochs, values, marker="o", label=name)
+        elif name.startswith("val/"):
+            score_ax.plot(epochs, values, marker="o", label=name)
+    loss_ax.set(xlabel="epoch", ylabel="loss", title="loss")
+    score_ax.set(xlabel="epoch", ylabel="score", title="validation")
+    for ax in (loss_ax, score_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, out_png)
+
+
+def confusion_matrix(rows: list[dict], out_png: str | Path, title: str = "intent confusion") -> Path:
+    labels = sorted({r["actual"] for r in rows} | {r["predicted"] for r in rows})
+    index = {label: i for i, label in enumerate(labels)}
+    counts = [[0] * len(labels) for _ in labels]
+    for r in rows:
+        counts[index[r["actual"]]][index[r["predicted"]]] += 1
+    size = max(4, 0.35 * len(labels) + 2)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow([[min(c, 50) for c in row] for row in counts], cmap="Blues")  # clip so rare confusions show
+    ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    for i, row in enumerate(counts):
+        for j, c in enumerate(row):
+            if c:
+                ax.text(j, i, str(c), ha="center", va="center", fontsize=6, color="black" if c < 30 else "white")
+    ax.set(xlabel="predicted", ylabel="actual", title=title)
+    return _save(fig, out_png)
+
+
+def per_label_bars(rows: list[dict], key: str, value: str, out_png: str | Path, title: str) -> Path:
+    rows = sorted(rows, key=lambda r: r[value])
+    fig, ax = plt.subplots(figsize=(7, max(3, 0.18 * len(rows) + 1)))
+    ax.barh([r[key] for r in rows], [r[value] for r in rows], color="tab:blue")
+    ax.set(xlabel=value, xlim=(0, 1), title=title)
+    ax.tick_params(axis="y", labelsize=6)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, out_png)

@@ -1,0 +1,123 @@
+"""Joint intent detection + slot filling: the encoder model, its loss, metrics and optimiser."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from transformer_lab.data.atis import IGNORE_INDEX, AtisVocabulary, collate
+from transformer_lab.metrics import SlotF1
+from transformer_lab.models.encoder import JointIntentSlotConfig, JointIntentSlotModel
+from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
+
+
+class JointIntentSlotTask(L.LightningModule):
+    def __init__(
+        self,
+        model_config: dict,
+        vocab: list[str],
+        intent_labels: list[str],
+        slot_labels: list[str],
+        lowercase: bool = True,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        betas: tuple[float, float] = (0.9, 0.98),
+        warmup_ratio: float = 0.1,
+        min_lr_ratio: float = 0.0,
+        slot_loss_coef: float = 1.0,
+        label_smoothing: float = 0.0,
+    ):
+        super().__init__()
+        # Vocabulary and labels travel in the checkpoint so that predict needs nothing else;
+        # they are not sent to the logger (the resolved Hydra config is logged instead).
+        self.save_hyperparameters(logger=False)
+        self.model = JointIntentSlotModel(JointIntentSlotConfig(**model_config))
+        self.vocabulary = AtisVocabulary(vocab, intent_labels, slot_labels, lowercase)
+        self.o_index = slot_labels.index("O")
+        self.metrics = nn.ModuleDict({stage: self._stage_metrics() for stage in ("val", "test")})
+
+    def _stage_metrics(self) -> nn.ModuleDict:
+        n_intents, n_slots = len(self.hparams.intent_labels), len(self.hparams.slot_labels)
+        return nn.ModuleDict({
+            "intent_acc": MulticlassAccuracy(n_intents, average="micro"),
+            "token_acc": MulticlassAccuracy(n_slots, average="micro", ignore_index=IGNORE_INDEX),
+            "non_o_token_acc": MulticlassAccuracy(n_slots, average="micro", ignore_index=IGNORE_INDEX),
+            "slot_f1": SlotF1(),
+            "sentence_acc": MeanMetric(),
+        })
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model(input_ids, attention_mask)
+
+    def _losses(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        intent_logits, slot_logits = self(batch["input_ids"], batch["attention_mask"])
+        smoothing = self.hparams.label_smoothing
+        intent_loss = F.cross_entropy(intent_logits, batch["intent_labels"], label_smoothing=smoothing)
+        slot_loss = F.cross_entropy(slot_logits.flatten(0, 1), batch["slot_labels"].flatten(),
+                                    ignore_index=IGNORE_INDEX, label_smoothing=smoothing)
+        return intent_loss, slot_loss, intent_logits, slot_logits
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        intent_loss, slot_loss, _, _ = self._losses(batch)
+        loss = intent_loss + self.hparams.slot_loss_coef * slot_loss
+        size = batch["input_ids"].shape[0]
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size)
+        self.log_dict({"train/intent_loss": intent_loss, "train/slot_loss": slot_loss,
+                       "train/lr": self.optimizers().param_groups[0]["lr"]}, batch_size=size)
+        return loss
+
+    def _evaluate(self, batch: dict, stage: str) -> None:
+        intent_loss, slot_loss, intent_logits, slot_logits = self._losses(batch)
+        size = batch["input_ids"].shape[0]
+        self.log(f"{stage}/loss", intent_loss + self.hparams.slot_loss_coef * slot_loss, batch_size=size, sync_dist=True)
+
+        metrics = self.metrics[stage]
+        intent_pred, slot_pred = intent_logits.argmax(-1), slot_logits.argmax(-1)
+        gold, real = batch["slot_labels"], batch["slot_labels"] != IGNORE_INDEX
+        metrics["intent_acc"].update(intent_pred, batch["intent_labels"])
+        metrics["token_acc"].update(slot_pred, gold)
+        metrics["non_o_token_acc"].update(slot_pred, gold.masked_fill(gold == self.o_index, IGNORE_INDEX))
+        labels = self.hparams.slot_labels
+        to_tags = lambda ids, mask: [[labels[i] for i in row[m].tolist()] for row, m in zip(ids, mask)]  # noqa: E731
+        metrics["slot_f1"].update(to_tags(slot_pred, real), to_tags(gold, real))
+        all_slots_right = ((slot_pred == gold) | ~real).all(dim=1)
+        metrics["sentence_acc"].update((all_slots_right & (intent_pred == batch["intent_labels"])).float())
+        for name, metric in metrics.items():
+            self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "slot_f1", batch_size=size)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(decay_groups(self.model, self.hparams.weight_decay), lr=self.hparams.lr,
+                                      betas=tuple(self.hparams.betas))
+        total = self.trainer.estimated_stepping_batches
+        scheduler = warmup_cosine(optimizer, total, int(self.hparams.warmup_ratio * total), self.hparams.min_lr_ratio)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    @torch.no_grad()
+    def predict_words(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
+        """Intent and one slot tag per word for each utterance (a list of words)."""
+        was_training = self.training
+        self.eval()
+        results = []
+        for start in range(0, len(utterances), batch_size):
+            chunk = utterances[start : start + batch_size]
+            items = [{"input_ids": self.vocabulary.encode_words(words), "slot_labels": [0] * len(words), "intent_label": 0}
+                     for words in chunk]
+            batch = collate(items, self.vocabulary.pad_id)
+            intent_logits, slot_logits = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
+            intent_pred, slot_pred = intent_logits.argmax(-1).tolist(), slot_logits.argmax(-1).tolist()
+            for words, intent_id, slot_ids in zip(chunk, intent_pred, slot_pred):
+                tags = [self.hparams.slot_labels[i] for i in slot_ids[: len(words)]]
+                results.append({"intent": self.hparams.intent_labels[intent_id],
+                                "slots": ["O" if t == "UNK" else t for t in tags]})
+        self.train(was_training)
+        return results

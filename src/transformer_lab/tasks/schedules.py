@@ -1,0 +1,29 @@
+"""Learning-rate schedules shared by the tasks."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int, min_ratio: float = 0.0):
+    """Linear warm-up from 0 to the base rate, then cosine decay to min_ratio × base rate."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def decay_groups(module: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices only; biases, LayerNorm gains and embeddings' padding rows are left alone
+    (as in nanoGPT and BERT)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]

@@ -1,0 +1,96 @@
+"""MLflow bookkeeping around a Lightning run: context tags, the resolved config, artifacts,
+and a small run reference file that later DVC stages use to log into the same run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+from lightning.pytorch.loggers import Logger, MLFlowLogger
+from omegaconf import DictConfig, OmegaConf
+
+from transformer_lab.utils.io import atomic_write_json
+
+RUN_REFERENCE = "mlflow_run.json"
+
+
+def default_artifact_location(root_dir: str) -> str | None:
+    """Where a new experiment keeps artifacts: beside the local store by default, the
+    server's choice when MLFLOW_TRACKING_URI points elsewhere."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return None
+    return Path(root_dir, "mlruns").resolve().as_uri()
+
+
+def register_resolvers() -> None:
+    if not OmegaConf.has_resolver("mlflow_artifact_location"):
+        OmegaConf.register_new_resolver("mlflow_artifact_location", default_artifact_location)
+
+
+def find_mlflow_logger(loggers: list[Logger] | Logger | None) -> MLFlowLogger | None:
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        if isinstance(logger, MLFlowLogger):
+            return logger
+    return None
+
+
+def git_commit(root_dir: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root_dir, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, object]:
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def log_run_context(logger: MLFlowLogger, cfg: DictConfig, overrides: list[str] | None = None) -> None:
+    """Params = the resolved config, flattened; tags = git commit, DVC stage, Hydra overrides;
+    artifact = the resolved config as YAML."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    logger.log_hyperparams(flatten(resolved))
+    client, run_id = logger.experiment, logger.run_id
+    tags = {
+        "git_commit": git_commit(cfg.paths.root_dir),
+        "dvc_stage": os.environ.get("DVC_STAGE"),
+        "hydra_overrides": " ".join(overrides or []) or None,
+        "task_name": cfg.get("task_name"),
+    }
+    for key, value in tags.items():
+        if value:
+            client.set_tag(run_id, key, value)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "config.yaml")
+        path.write_text(OmegaConf.to_yaml(resolved))
+        client.log_artifact(run_id, str(path))
+
+
+def log_artifacts(logger: MLFlowLogger, paths: list[str | Path], artifact_path: str | None = None) -> None:
+    for path in paths:
+        if Path(path).exists():
+            logger.experiment.log_artifact(logger.run_id, str(path), artifact_path)
+
+
+def write_run_reference(path: str | Path, logger: MLFlowLogger) -> None:
+    atomic_write_json(path, {
+        "run_id": logger.run_id,
+        "experiment_id": logger.experiment_id,
+        "tracking_uri": logger._tracking_uri,
+    })
+
+
+def read_run_reference(path: str | Path) -> dict | None:
+    path = Path(path)
+    return json.loads(path.read_text()) if path.is_file() else None

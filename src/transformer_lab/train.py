@@ -1,0 +1,70 @@
+"""Training: seed → data → model → task → callbacks, loggers, trainer → fit → validate best → record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from transformer_lab import plots, tracking
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.utils.instantiate import instantiate_collection
+from transformer_lab.utils.io import atomic_write_json
+
+
+def resolve_checkpoint(ckpt_path: str | None, checkpoint_dir: str) -> str | None:
+    if ckpt_path in (None, ""):
+        return None
+    path = Path(checkpoint_dir, "last.ckpt") if ckpt_path == "last" else Path(ckpt_path)
+    if not path.is_file():
+        raise TransformerLabError(f"ckpt_path={ckpt_path}: no checkpoint at {path} "
+                                  "(resume with the run's directory: hydra.run.dir=DIR ckpt_path=last)")
+    return str(path)
+
+
+def hydra_overrides() -> list[str]:
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    L.seed_everything(cfg.seed, workers=True)
+    output_dir = Path(cfg.paths.output_dir)
+    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.checkpoint_dir)
+
+    datamodule = instantiate(cfg.data.datamodule)
+    vocabulary = datamodule.vocabulary
+    model_config = instantiate(cfg.model, vocab_size=len(vocabulary.vocab), n_intents=len(vocabulary.intent_labels),
+                               n_slots=len(vocabulary.slot_labels), pad_id=vocabulary.pad_id)
+    task = instantiate(cfg.task, model_config=model_config.to_dict(), vocab=vocabulary.vocab,
+                       intent_labels=vocabulary.intent_labels, slot_labels=vocabulary.slot_labels,
+                       lowercase=vocabulary.lowercase, _convert_="all")
+
+    loggers = instantiate_collection(cfg.get("logger"))
+    mlflow_logger = tracking.find_mlflow_logger(loggers)
+    previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE)
+    if mlflow_logger and ckpt_path and previous_run:  # a resumed run continues its MLflow run
+        mlflow_logger._run_id = previous_run["run_id"]
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=instantiate_collection(cfg.get("callbacks")),
+                                     logger=loggers or False)
+    if mlflow_logger and trainer.is_global_zero:
+        tracking.log_run_context(mlflow_logger, cfg, hydra_overrides())
+        tracking.write_run_reference(output_dir / tracking.RUN_REFERENCE, mlflow_logger)
+
+    trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+
+    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    scores = trainer.validate(task, datamodule=datamodule, ckpt_path=best or None, verbose=False)[0]
+    metrics = {name: float(value) for name, value in scores.items()}
+    if trainer.is_global_zero:
+        metrics_path = output_dir / "metrics.json"
+        atomic_write_json(metrics_path, {**metrics, "epochs": trainer.current_epoch, "steps": trainer.global_step,
+                                         "params": sum(p.numel() for p in task.model.parameters())})
+        curves = plots.training_curves(output_dir / "history.csv", output_dir / "training_curves.png")
+        if mlflow_logger:
+            tracking.log_artifacts(mlflow_logger, [metrics_path, output_dir / "history.csv", curves])
+            if best:
+                tracking.log_artifacts(mlflow_logger, [best], "checkpoints")
+    return metrics

@@ -1,0 +1,25 @@
+"""What every Hydra entry point in pipelines/ shares."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.tracking import register_resolvers
+
+register_resolvers()  # before Hydra composes any config that uses them
+
+
+def pipeline(fn):
+    """A TransformerLabError (bad input, missing file) becomes one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TransformerLabError as err:
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            sys.exit(2)
+
+    return wrapper
