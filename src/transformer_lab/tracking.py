@@ -60,8 +60,14 @@ def log_run_context(logger: MLFlowLogger, cfg: DictConfig, overrides: list[str] 
     """Params = the resolved config, flattened; tags = git commit, DVC stage, Hydra overrides;
     artifact = the resolved config as YAML."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    logger.log_hyperparams(flatten(resolved))
     client, run_id = logger.experiment, logger.run_id
+    params = {k: str(v) for k, v in flatten(resolved).items()}
+    existing = client.get_run(run_id).data.params
+    # MLflow params are immutable: a resumed run records what changed (max_epochs, ckpt_path) as tags.
+    for key, value in params.items():
+        if key in existing and existing[key] != value:
+            client.set_tag(run_id, f"resumed_with.{key}", value)
+    logger.log_hyperparams({k: v for k, v in params.items() if k not in existing})
     tags = {
         "git_commit": git_commit(cfg.paths.root_dir),
         "dvc_stage": os.environ.get("DVC_STAGE"),

@@ -1,0 +1,61 @@
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+PYTHON = sys.executable
+
+# Tiny builtin sample: enough words and labels to train on, seconds per run.
+TINY_BUILTIN = ["data.builtin.n_train=300", "data.builtin.n_dev=60", "data.builtin.n_test=60"]
+
+
+def run(args: list[str], cwd: Path = ROOT, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    merged = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([str(a) for a in args], cwd=cwd, env=merged, capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_tracking(tmp_path, monkeypatch):
+    """No test writes into the project's own MLflow store or outputs."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+
+
+@pytest.fixture(scope="session")
+def prepared_atis(tmp_path_factory) -> Path:
+    from transformer_lab.data.atis import prepare_atis
+    from transformer_lab.data.atis_builtin import generate_atis_sample
+
+    out = tmp_path_factory.mktemp("prepared") / "atis"
+    prepare_atis(generate_atis_sample(seed=0, n_train=300, n_dev=60, n_test=60), out)
+    return out
+
+
+@pytest.fixture
+def smoke_overrides(prepared_atis) -> list[str]:
+    return ["debug=smoke", f"data.prepared_dir={prepared_atis}"]
+
+
+def copy_project(dst: Path) -> Path:
+    """The tracked files of the project (what a fresh clone holds), without generated outputs."""
+    files = run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT).stdout.split()
+    for name in files:
+        src = ROOT / name
+        if src.is_file():
+            (dst / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst / name)
+    return dst

@@ -1,0 +1,88 @@
+import math
+
+import pytest
+import torch
+
+from transformer_lab.models.attention import MultiHeadSelfAttention
+
+torch.manual_seed(0)
+
+
+def naive_attention(attn: MultiHeadSelfAttention, x: torch.Tensor, key_padding_mask=None, causal=False):
+    """softmax(Q K^T / sqrt(d_k)) V, one head at a time, straight from the weights."""
+    d_head, heads = attn.d_head, []
+    length = x.shape[1]
+    for h in range(attn.n_heads):
+        rows = slice(h * d_head, (h + 1) * d_head)
+        q = x @ attn.q.weight[rows].T + attn.q.bias[rows]
+        k = x @ attn.k.weight[rows].T + attn.k.bias[rows]
+        v = x @ attn.v.weight[rows].T + attn.v.bias[rows]
+        scores = q @ k.transpose(1, 2) / math.sqrt(d_head)
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(~key_padding_mask[:, None, :], float("-inf"))
+        if causal:
+            scores = scores.masked_fill(torch.ones(length, length).triu(1).bool(), float("-inf"))
+        heads.append(torch.softmax(scores, dim=-1) @ v)
+    return attn.out(torch.cat(heads, dim=-1))
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 4])
+def test_matches_naive_attention_per_head(n_heads):
+    attn = MultiHeadSelfAttention(16, n_heads).eval()
+    x = torch.randn(3, 7, 16)
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    mask[1, 5:] = False
+    mask[2, 2:] = False
+    fused, _ = attn(x, mask)
+    explicit, weights = attn(x, mask, return_weights=True)
+    expected = naive_attention(attn, x, mask)
+    real = mask[:, :, None]
+    torch.testing.assert_close(fused * real, expected * real, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(explicit * real, expected * real, atol=1e-5, rtol=1e-5)
+    assert weights.shape == (3, n_heads, 7, 7)
+
+
+def test_padded_keys_get_zero_weight_and_do_not_leak():
+    attn = MultiHeadSelfAttention(16, 4).eval()
+    x = torch.randn(2, 6, 16)
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    out, weights = attn(x, mask, return_weights=True)
+    assert torch.all(weights[0, :, :, 4:] == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 6))
+    changed = x.clone()
+    changed[0, 4:] = torch.randn(2, 16) * 100  # whatever sits in the padding
+    out_changed, _ = attn(changed, mask)
+    torch.testing.assert_close(out[0, :4], out_changed[0, :4])
+
+
+def test_causal_mask_blocks_the_future():
+    attn = MultiHeadSelfAttention(16, 2).eval()
+    x = torch.randn(1, 8, 16)
+    out, _ = attn(x, is_causal=True)
+    torch.testing.assert_close(out, naive_attention(attn, x, causal=True), atol=1e-5, rtol=1e-5)
+    changed = x.clone()
+    changed[0, 5:] = torch.randn(3, 16)
+    out_changed, _ = attn(changed, is_causal=True)
+    torch.testing.assert_close(out[0, :5], out_changed[0, :5])
+    assert not torch.allclose(out[0, 5:], out_changed[0, 5:])
+
+
+def test_heads_have_independent_parameters():
+    attn = MultiHeadSelfAttention(16, 4).eval()
+    with torch.no_grad():  # expose the per-head outputs directly
+        attn.out.weight.copy_(torch.eye(16))
+        attn.out.bias.zero_()
+    x = torch.randn(2, 5, 16)
+    before, _ = attn(x)
+    with torch.no_grad():  # change only head 1's query, key and value projections
+        for proj in (attn.q, attn.k, attn.v):
+            proj.weight[4:8] += torch.randn(4, 16)
+    after, _ = attn(x)
+    torch.testing.assert_close(before[..., :4], after[..., :4])
+    torch.testing.assert_close(before[..., 8:], after[..., 8:])
+    assert not torch.allclose(before[..., 4:8], after[..., 4:8])
+
+
+def test_d_model_must_split_into_heads():
+    with pytest.raises(ValueError, match="not divisible"):
+        MultiHeadSelfAttention(10, 3)

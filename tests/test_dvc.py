@@ -1,0 +1,76 @@
+"""`dvc repro` of the real dvc.yaml on a fresh copy of the project, with tiny parameters."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from conftest import copy_project
+
+pytestmark = pytest.mark.slow
+BIN = Path(sys.executable).parent
+
+
+def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
+    # A user's shell: the project's venv first on PATH, no tracking URI set (the default local store).
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PROJECT_ROOT")}
+    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
+    result = subprocess.run([str(BIN / "dvc"), *args], cwd=project, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, f"dvc {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def set_param(path: Path, key: str, old: str, new: str) -> None:
+    text = path.read_text()
+    assert f"{key}: {old}" in text, f"{path} has no '{key}: {old}'"
+    path.write_text(text.replace(f"{key}: {old}", f"{key}: {new}", 1))
+
+
+def ran_stages(output: str) -> list[str]:
+    return re.findall(r"Running stage '([a-z_]+)'", output)
+
+
+def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
+    project = copy_project(tmp_path / "project")
+    conf = project / "conf"
+    for key, old, new in [("n_train", "4000", "300"), ("n_dev", "500", "60"), ("n_test", "800", "60")]:
+        set_param(conf / "data" / "atis.yaml", key, old, new)
+    set_param(conf / "trainer" / "default.yaml", "max_epochs", "15", "1")
+    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
+        subprocess.run(["git", *cmd], cwd=project, check=True, capture_output=True)
+
+    first = dvc(project, "repro")
+    assert ran_stages(first.stdout) == ["prepare_atis", "train_atis", "evaluate_atis"]
+    eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
+    assert 0 <= eval_metrics["test/slot_f1"] <= 1
+    for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
+                 "artifacts/atis/eval/per_slot_f1.png"):
+        assert (project / plot).is_file()
+
+    second = dvc(project, "repro")
+    assert ran_stages(second.stdout) == [] and "up to date" in second.stdout
+
+    set_param(conf / "model" / "encoder.yaml", "n_heads", "4", "2")
+    third = dvc(project, "repro")
+    assert ran_stages(third.stdout) == ["train_atis", "evaluate_atis"]
+
+    shown = json.loads(dvc(project, "exp", "show", "--json").stdout)
+    workspace = next(e for e in shown if e["rev"] == "workspace")["data"]
+    assert workspace["params"]["conf/model/encoder.yaml"]["data"]["n_heads"] == 2
+    assert "test/slot_f1" in workspace["metrics"]["artifacts/atis/eval/metrics.json"]["data"]
+    dvc(project, "plots", "show", "-o", str(tmp_path / "plots"))
+    assert (tmp_path / "plots" / "index.html").is_file()
+
+    # Both trainings are in the project's own MLflow store, with evaluation logged into each run.
+    client = MlflowClient(f"sqlite:///{project}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
+    assert len(runs) == 2
+    assert {r.data.params["model.n_heads"] for r in runs} == {"4", "2"}
+    assert all(r.data.tags.get("dvc_stage") == "train_atis" and "test/slot_f1" in r.data.metrics for r in runs)
+    assert (project / "mlruns").is_dir()  # artifacts beside the store, inside the project

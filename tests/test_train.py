@@ -1,0 +1,114 @@
+"""Training, resuming, evaluating and predicting through the real Hydra configs and Lightning Trainer."""
+
+import json
+
+import pytest
+from mlflow import MlflowClient
+
+from conftest import PYTHON, ROOT, run
+from transformer_lab.train import train
+from transformer_lab.utils.config import compose_config
+
+
+def train_run(overrides: list[str], out_dir) -> dict:
+    return train(compose_config("train", overrides, out_dir))
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory, prepared_atis):
+    """One tiny tracked training run shared by the tests that only read its results."""
+    tmp = tmp_path_factory.mktemp("smoke")
+    uri = f"sqlite:///{tmp}/mlflow.db"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", uri)
+        metrics = train_run(["debug=smoke", f"data.prepared_dir={prepared_atis}", "trainer.max_epochs=2"], tmp / "run")
+    run_id = json.loads((tmp / "run" / "mlflow_run.json").read_text())["run_id"]
+    return {"dir": tmp / "run", "uri": uri, "run_id": run_id, "metrics": metrics}
+
+
+def test_training_writes_metrics_checkpoints_and_plots(smoke_run):
+    out = smoke_run["dir"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    for key in ("val/intent_acc", "val/token_acc", "val/non_o_token_acc", "val/slot_f1", "val/sentence_acc"):
+        assert 0.0 <= metrics[key] <= 1.0
+    assert metrics["steps"] == 8 and metrics["epochs"] == 2
+    assert (out / "checkpoints" / "best.ckpt").is_file() and (out / "checkpoints" / "last.ckpt").is_file()
+    history = (out / "history.csv").read_text().splitlines()
+    assert history[0].startswith("epoch,step") and len(history) == 3
+    assert (out / "training_curves.png").stat().st_size > 1000
+
+
+def test_mlflow_run_has_params_per_step_metrics_tags_and_artifacts(smoke_run):
+    client = MlflowClient(smoke_run["uri"])
+    mlflow_run = client.get_run(smoke_run["run_id"])
+    assert mlflow_run.info.status == "FINISHED"
+    params = mlflow_run.data.params
+    assert params["model.n_heads"] == "4" and params["task.lr"] == "0.001" and params["seed"] == "0"
+    tags = mlflow_run.data.tags
+    assert tags["hydra_overrides"].startswith("debug=smoke data.prepared_dir=")
+    assert len(tags["git_commit"]) == 40 and tags["task_name"] == "atis"
+    assert len(client.get_metric_history(smoke_run["run_id"], "train/loss_step")) == 8  # one point per step
+    assert mlflow_run.data.metrics["val/slot_f1"] == pytest.approx(smoke_run["metrics"]["val/slot_f1"])
+    artifacts = {a.path for a in client.list_artifacts(smoke_run["run_id"])}
+    assert {"config.yaml", "metrics.json", "history.csv", "training_curves.png", "checkpoints"} <= artifacts
+    assert [a.path for a in client.list_artifacts(smoke_run["run_id"], "checkpoints")] == ["checkpoints/best.ckpt"]
+    experiment = client.get_experiment(mlflow_run.info.experiment_id)
+    assert experiment.name == "atis"
+
+
+def test_seeded_runs_give_identical_metrics(tmp_path, smoke_overrides):
+    first = train_run([*smoke_overrides, "logger=none", "seed=7"], tmp_path / "a")
+    second = train_run([*smoke_overrides, "logger=none", "seed=7"], tmp_path / "b")
+    assert first == second
+    third = train_run([*smoke_overrides, "logger=none", "seed=8"], tmp_path / "c")
+    assert third != first
+
+
+def test_resume_from_last_checkpoint_continues_the_run(tmp_path, smoke_overrides):
+    out = tmp_path / "run"
+    train_run([*smoke_overrides, "trainer.max_epochs=1"], out)
+    run_id = json.loads((out / "mlflow_run.json").read_text())["run_id"]
+    metrics = train_run([*smoke_overrides, "trainer.max_epochs=2", "ckpt_path=last"], out)
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["steps"] == 8 and saved["epochs"] == 2  # 4 steps from the first run + 4 more
+    assert [line.split(",")[0] for line in (out / "history.csv").read_text().splitlines()[1:]] == ["0", "1"]
+    assert json.loads((out / "mlflow_run.json").read_text())["run_id"] == run_id  # the same MLflow run goes on
+    assert metrics["val/slot_f1"] >= 0
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path, smoke_overrides):
+    from transformer_lab.errors import TransformerLabError
+
+    with pytest.raises(TransformerLabError, match="no checkpoint at .*last.ckpt"):
+        train_run([*smoke_overrides, "ckpt_path=last"], tmp_path / "fresh")
+
+
+def test_evaluate_logs_into_the_training_run(smoke_run, prepared_atis, tmp_path):
+    result = run([PYTHON, ROOT / "pipelines" / "evaluate.py", f"train_dir={smoke_run['dir']}",
+                  f"data.prepared_dir={prepared_atis}", f"hydra.run.dir={tmp_path / 'eval'}"],
+                 env={"MLFLOW_TRACKING_URI": smoke_run["uri"]})
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert set(metrics) >= {"test/intent_acc", "test/slot_f1", "test/sentence_acc", "test/non_o_token_acc"}
+    rows = (tmp_path / "eval" / "intent_confusion.csv").read_text().splitlines()
+    assert rows[0] == "actual,predicted" and len(rows) == 61
+    client = MlflowClient(smoke_run["uri"])
+    logged = client.get_run(smoke_run["run_id"]).data.metrics
+    assert logged["test/slot_f1"] == pytest.approx(metrics["test/slot_f1"])
+    assert {a.path for a in client.list_artifacts(smoke_run["run_id"], "evaluation")} >= {
+        "evaluation/intent_confusion.png", "evaluation/per_slot_f1.png", "evaluation/metrics.json"}
+
+
+def test_predict_prints_intent_and_a_tag_per_word(smoke_run):
+    text = "cheapest flight to fly from MIT to Mars"
+    result = run([PYTHON, ROOT / "pipelines" / "predict.py", f"text={text}", f"checkpoint={smoke_run['dir']}/checkpoints/best.ckpt",
+                  f"hydra.run.dir={smoke_run['dir']}/predict"])
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("intent: ")
+    assert [line.split()[0] for line in lines[1:]] == text.split()
+    assert all(line.split()[1] == "O" or line.split()[1][:2] in ("B-", "I-") for line in lines[1:])
+
+    missing = run([PYTHON, ROOT / "pipelines" / "predict.py", "text=hello", "checkpoint=/nonexistent.ckpt",
+                   f"hydra.run.dir={smoke_run['dir']}/predict"])
+    assert missing.returncode == 2 and missing.stderr.strip().startswith("error: /nonexistent.ckpt: checkpoint not found")
