@@ -28,7 +28,7 @@ def test_distributed_strategies_instantiate(tmp_path):
 
 def test_experiment_and_debug_configs_change_what_they_should(tmp_path):
     full = compose_config("train", ["experiment=atis"], tmp_path)
-    assert full.data.source == "local" and full.trainer.max_epochs == 25 and full.model.d_model == 256
+    assert full.data.source == "local" and full.trainer.max_epochs == 55 and full.data.datamodule.batch_size == 32
     smoke = compose_config("train", ["debug=smoke", "model.n_heads=2"], tmp_path)
     assert smoke.trainer.max_epochs == 1 and smoke.model.n_heads == 2 and smoke.callbacks.rich_progress_bar is None
 
@@ -76,3 +76,16 @@ def test_multirun_gives_one_mlflow_run_per_job(tmp_path, prepared_atis):
     assert combos == {("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")}
     assert all(r.info.status == "FINISHED" and "val/slot_f1" in r.data.metrics for r in runs)
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
+
+
+@pytest.mark.slow
+def test_ddp_cpu_trains_with_two_processes_and_one_mlflow_run(tmp_path, prepared_atis):
+    uri = f"sqlite:///{tmp_path}/ddp.db"
+    result = run([PYTHON, ROOT / "pipelines" / "train.py", "trainer=ddp_cpu", "debug=smoke",
+                  f"data.prepared_dir={prepared_atis}", f"hydra.run.dir={tmp_path / 'run'}"],
+                 env={"MLFLOW_TRACKING_URI": uri})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "run" / "train_ddp_process_1.log").is_file()  # the second process really ran
+    client = MlflowClient(uri)
+    [mlflow_run] = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
+    assert mlflow_run.info.status == "FINISHED" and "val/slot_f1" in mlflow_run.data.metrics

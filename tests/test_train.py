@@ -112,3 +112,24 @@ def test_predict_prints_intent_and_a_tag_per_word(smoke_run):
     missing = run([PYTHON, ROOT / "pipelines" / "predict.py", "text=hello", "checkpoint=/nonexistent.ckpt",
                    f"hydra.run.dir={smoke_run['dir']}/predict"])
     assert missing.returncode == 2 and missing.stderr.strip().startswith("error: /nonexistent.ckpt: checkpoint not found")
+
+
+def test_logged_mlflow_model_reproduces_the_best_checkpoint(smoke_run, prepared_atis):
+    import mlflow
+    import torch
+
+    from transformer_lab.data.atis import AtisDataModule
+    from transformer_lab.evaluate import load_task
+
+    client = MlflowClient(smoke_run["uri"])
+    model_uri = client.get_run(smoke_run["run_id"]).data.tags["model_uri"]
+    mlflow.set_tracking_uri(smoke_run["uri"])
+    logged = mlflow.pytorch.load_model(model_uri).eval()
+    task = load_task(smoke_run["dir"] / "checkpoints" / "best.ckpt").eval()
+    dm = AtisDataModule(str(prepared_atis))
+    dm.setup()
+    batch = next(iter(dm.val_dataloader()))
+    with torch.no_grad():
+        for ours, theirs in zip(task(batch["input_ids"], batch["attention_mask"]),
+                                logged(batch["input_ids"], batch["attention_mask"])):
+            torch.testing.assert_close(ours, theirs)

@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import torch
 from lightning.pytorch.loggers import Logger, MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
 
@@ -87,6 +88,23 @@ def log_artifacts(logger: MLFlowLogger, paths: list[str | Path], artifact_path: 
     for path in paths:
         if Path(path).exists():
             logger.experiment.log_artifact(logger.run_id, str(path), artifact_path)
+
+
+def log_pytorch_model(logger: MLFlowLogger, model: torch.nn.Module) -> str:
+    """The trained nn.Module as an MLflow model (shown under the run's logged models); returns its URI."""
+    import mlflow
+
+    with mlflow.start_run(run_id=logger.run_id):  # reopens the finished run just for this
+        info = mlflow.pytorch.log_model(
+            model.eval(), name="model",
+            # Requirements named here: inferring them imports every package and takes long.
+            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "transformer-lab"],
+            signature=False,
+            # 'pt2' (torch.export) would fix batch size and length to those of one example input.
+            serialization_format="pickle",
+        )
+    logger.experiment.set_tag(logger.run_id, "model_uri", info.model_uri)
+    return info.model_uri
 
 
 def write_run_reference(path: str | Path, logger: MLFlowLogger) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab import plots, tracking
 from transformer_lab.errors import TransformerLabError
@@ -42,14 +43,15 @@ def train(cfg: DictConfig) -> dict[str, float]:
                        intent_labels=vocabulary.intent_labels, slot_labels=vocabulary.slot_labels,
                        lowercase=vocabulary.lowercase, _convert_="all")
 
+    previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE)
+    if ckpt_path and previous_run and cfg.get("logger") and "mlflow" in cfg.logger:
+        OmegaConf.update(cfg, "logger.mlflow.run_id", previous_run["run_id"], force_add=True)  # resume continues it
     loggers = instantiate_collection(cfg.get("logger"))
     mlflow_logger = tracking.find_mlflow_logger(loggers)
-    previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE)
-    if mlflow_logger and ckpt_path and previous_run:  # a resumed run continues its MLflow run
-        mlflow_logger._run_id = previous_run["run_id"]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=instantiate_collection(cfg.get("callbacks")),
                                      logger=loggers or False)
-    if mlflow_logger and trainer.is_global_zero:
+    # Before fit the trainer does not know its rank yet; Lightning reads it from the launcher's environment.
+    if mlflow_logger and rank_zero_only.rank == 0:
         tracking.log_run_context(mlflow_logger, cfg, hydra_overrides())
         tracking.write_run_reference(output_dir / tracking.RUN_REFERENCE, mlflow_logger)
 
@@ -67,4 +69,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
             tracking.log_artifacts(mlflow_logger, [metrics_path, output_dir / "history.csv", curves])
             if best:
                 tracking.log_artifacts(mlflow_logger, [best], "checkpoints")
+            if cfg.logger.get("log_pytorch_model"):
+                task.to("cpu")  # `validate` above left the best weights in `task`
+                tracking.log_pytorch_model(mlflow_logger, task.model)
     return metrics

@@ -1,7 +1,7 @@
 """ATIS joint intent detection + slot filling: three sources, one schema, one DataModule.
 
 Schema of an example: {"words": [str], "slots": [BIO tag per word], "intent": str}.
-Multi-intent labels such as `flight#airfare` are kept as classes of their own, as in
+Multi-intent labels such as `atis_flight#atis_airfare` are kept as classes of their own, as in
 most published ATIS results.
 """
 

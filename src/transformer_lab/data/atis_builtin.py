@@ -1,7 +1,7 @@
 """A generated ATIS-style corpus: the offline default data set.
 
 A seeded grammar of flight queries in the ATIS annotation scheme (BIO slot tags with
-ATIS slot names, ATIS intent names including one multi-intent `flight#airfare`).
+ATIS slot names, ATIS intent names including one multi-intent, `atis_flight#atis_airfare`).
 Templates hold `{slot.name}` (a value from VALUES, tagged B-/I-), `{MACRO}` (a phrase
 from MACROS, expanded recursively) and `{?...}` (optional, present half of the time).
 """
@@ -223,7 +223,8 @@ def generate_utterance(rng: random.Random) -> dict:
     words: list[str] = []
     tags: list[str] = []
     _expand(rng.choice(TEMPLATES[intent]), rng, words, tags)
-    return {"words": words, "slots": tags, "intent": intent}
+    # Named as in the ATIS corpus: atis_flight, atis_flight#atis_airfare, ...
+    return {"words": words, "slots": tags, "intent": "#".join(f"atis_{part}" for part in intent.split("#"))}
 
 
 def generate_atis_sample(seed: int = 0, n_train: int = 4000, n_dev: int = 500, n_test: int = 800) -> dict[str, list[dict]]:

@@ -65,7 +65,7 @@ class JointIntentSlotTask(L.LightningModule):
         intent_loss, slot_loss, _, _ = self._losses(batch)
         loss = intent_loss + self.hparams.slot_loss_coef * slot_loss
         size = batch["input_ids"].shape[0]
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size)
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
         self.log_dict({"train/intent_loss": intent_loss, "train/slot_loss": slot_loss,
                        "train/lr": self.optimizers().param_groups[0]["lr"]}, batch_size=size)
         return loss
@@ -81,13 +81,15 @@ class JointIntentSlotTask(L.LightningModule):
         metrics["intent_acc"].update(intent_pred, batch["intent_labels"])
         metrics["token_acc"].update(slot_pred, gold)
         metrics["non_o_token_acc"].update(slot_pred, gold.masked_fill(gold == self.o_index, IGNORE_INDEX))
-        labels = self.hparams.slot_labels
-        to_tags = lambda ids, mask: [[labels[i] for i in row[m].tolist()] for row, m in zip(ids, mask)]  # noqa: E731
-        metrics["slot_f1"].update(to_tags(slot_pred, real), to_tags(gold, real))
+        metrics["slot_f1"].update(self._tag_strings(slot_pred, real), self._tag_strings(gold, real))
         all_slots_right = ((slot_pred == gold) | ~real).all(dim=1)
         metrics["sentence_acc"].update((all_slots_right & (intent_pred == batch["intent_labels"])).float())
         for name, metric in metrics.items():
             self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "slot_f1", batch_size=size)
+
+    def _tag_strings(self, ids: torch.Tensor, real: torch.Tensor) -> list[list[str]]:
+        labels = self.hparams.slot_labels
+        return [[labels[i] for i in row[keep].tolist()] for row, keep in zip(ids, real)]
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._evaluate(batch, "val")

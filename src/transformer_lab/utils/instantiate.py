@@ -7,7 +7,8 @@ from omegaconf import DictConfig
 
 
 def instantiate_collection(group: DictConfig | None) -> list:
-    """Each entry with a `_target_` becomes an object; null entries (switched off in an override) are skipped."""
+    """Each entry with a `_target_` becomes an object; other keys (settings, or null for a component
+    switched off by an override) are skipped."""
     if not group:
         return []
-    return [instantiate(entry) for entry in group.values() if entry is not None and "_target_" in entry]
+    return [instantiate(entry) for entry in group.values() if isinstance(entry, DictConfig) and "_target_" in entry]
