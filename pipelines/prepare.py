@@ -1,5 +1,6 @@
-"""Prepare a data set: `python pipelines/prepare.py [data.source=builtin|local|hub] [data.local_dir=DIR]`."""
+"""Prepare a data set: `python pipelines/prepare.py [data=atis] [data.source=builtin|local|hub] [data.local_dir=DIR]`."""
 
+import json
 import os
 from pathlib import Path
 
@@ -16,8 +17,8 @@ from transformer_lab.utils.cli import pipeline  # noqa: E402
 @pipeline
 def main(cfg: DictConfig) -> None:
     summary = prepare(cfg)
-    print(f"prepared {cfg.data.name} from {cfg.data.source} into {cfg.data.prepared_dir}: "
-          + ", ".join(f"{s} {summary[s]['utterances']}" for s in ("train", "dev", "test")))
+    print(f"prepared {cfg.data.name} from {cfg.data.source} into {cfg.data.prepared_dir}")
+    print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":

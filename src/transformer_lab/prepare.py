@@ -1,14 +1,10 @@
-"""Data preparation: read a source, build vocabularies from train, write the prepared set."""
+"""Data preparation: whatever `data.prepare` names, with its arguments from the data config."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
-
-from transformer_lab.data.atis import load_atis, prepare_atis
+from hydra.utils import instantiate
+from omegaconf import DictConfig
 
 
 def prepare(cfg: DictConfig) -> dict:
-    data = cfg.data
-    builtin = OmegaConf.to_container(data.builtin, resolve=True) if data.get("builtin") else None
-    splits = load_atis(data.source, local_dir=data.get("local_dir"), hub_id=data.get("hub_id"), builtin=builtin)
-    return prepare_atis(splits, data.prepared_dir, lowercase=data.lowercase, min_word_count=data.min_word_count)
+    return instantiate(cfg.data.prepare, _convert_="all")

@@ -36,12 +36,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.checkpoint_dir)
 
     datamodule = instantiate(cfg.data.datamodule)
-    vocabulary = datamodule.vocabulary
-    model_config = instantiate(cfg.model, vocab_size=len(vocabulary.vocab), n_intents=len(vocabulary.intent_labels),
-                               n_slots=len(vocabulary.slot_labels), pad_id=vocabulary.pad_id)
-    task = instantiate(cfg.task, model_config=model_config.to_dict(), vocab=vocabulary.vocab,
-                       intent_labels=vocabulary.intent_labels, slot_labels=vocabulary.slot_labels,
-                       lowercase=vocabulary.lowercase, _convert_="all")
+    # Sizes that depend on the data (vocabulary, label counts) come from the datamodule.
+    model_config = instantiate(cfg.model, **datamodule.model_kwargs())
+    task = instantiate(cfg.task, model_config=model_config.to_dict(), **datamodule.task_kwargs(), _convert_="all")
 
     previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE)
     if ckpt_path and previous_run and cfg.get("logger") and "mlflow" in cfg.logger:

@@ -178,6 +178,13 @@ def prepare_atis(splits: dict[str, list[dict]], output_dir: str | Path, lowercas
     return summary
 
 
+def prepare(source: str, output_dir: str, local_dir: str | None = None, hub_id: str = "tuetschek/atis",
+            builtin: dict | None = None, lowercase: bool = True, min_word_count: int = 1) -> dict:
+    """The `prepare_atis` stage: load a source, write the prepared set; returns its summary."""
+    splits = load_atis(source, local_dir=local_dir, hub_id=hub_id, builtin=builtin)
+    return prepare_atis(splits, output_dir, lowercase=lowercase, min_word_count=min_word_count)
+
+
 def read_prepared_split(prepared_dir: str | Path, split: str) -> list[dict]:
     import pyarrow.parquet as pq
 
@@ -258,6 +265,18 @@ class AtisDataModule(L.LightningDataModule):
         self.word_dropout, self.train_splits, self.max_examples = word_dropout, tuple(train_splits), max_examples
         self.vocabulary = AtisVocabulary.from_prepared(prepared_dir)
         self.examples: dict[str, list[dict]] = {}
+
+    def model_kwargs(self) -> dict:
+        """The model config fields that only the data knows."""
+        v = self.vocabulary
+        return {"vocab_size": len(v.vocab), "n_intents": len(v.intent_labels), "n_slots": len(v.slot_labels),
+                "pad_id": v.pad_id}
+
+    def task_kwargs(self) -> dict:
+        """What the task keeps in its checkpoint to read raw text later."""
+        v = self.vocabulary
+        return {"vocab": v.vocab, "intent_labels": v.intent_labels, "slot_labels": v.slot_labels,
+                "lowercase": v.lowercase}
 
     def setup(self, stage: str | None = None) -> None:
         for split in SPLITS:

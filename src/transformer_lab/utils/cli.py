@@ -18,8 +18,20 @@ def pipeline(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except TransformerLabError as err:
-            print(f"error: {err}", file=sys.stderr, flush=True)
+        except Exception as err:
+            cause = _user_error(err)
+            if cause is None:
+                raise
+            print(f"error: {cause}", file=sys.stderr, flush=True)
             sys.exit(2)
 
     return wrapper
+
+
+def _user_error(err: BaseException | None) -> TransformerLabError | None:
+    """The TransformerLabError behind `err`, also when Hydra's instantiate wrapped it."""
+    while err is not None:
+        if isinstance(err, TransformerLabError):
+            return err
+        err = err.__cause__
+    return None
