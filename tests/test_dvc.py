@@ -33,7 +33,7 @@ def set_param(path: Path, key: str, old: str, new: str) -> None:
 
 
 def ran_stages(output: str) -> list[str]:
-    return re.findall(r"Running stage '([a-z_]+)'", output)
+    return re.findall(r"Running stage '([a-z0-9_]+)'", output)
 
 
 def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
@@ -42,15 +42,17 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     for key, old, new in [("n_train", "4000", "300"), ("n_dev", "500", "60"), ("n_test", "800", "60")]:
         set_param(conf / "data" / "atis.yaml", key, old, new)
     set_param(conf / "trainer" / "default.yaml", "max_epochs", "15", "1")
+    set_param(conf / "experiment" / "word2vec.yaml", "max_epochs", "5", "1")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
         subprocess.run(["git", *cmd], cwd=project, check=True, capture_output=True)
 
     first = dvc(project, "repro")
-    assert ran_stages(first.stdout) == ["prepare_atis", "train_atis", "evaluate_atis"]
+    assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
+                                                       "pretrain_word2vec", "evaluate_word2vec"])
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
-                 "artifacts/atis/eval/per_slot_f1.png"):
+                 "artifacts/atis/eval/per_slot_f1.png", "artifacts/word2vec/eval/projection.csv"):
         assert (project / plot).is_file()
 
     second = dvc(project, "repro")
@@ -68,7 +70,14 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     assert (tmp_path / "plots" / "index.html").is_file()
 
     # Both trainings are in the project's own MLflow store, with evaluation logged into each run.
+    from gensim.models import KeyedVectors
+
+    vectors = KeyedVectors.load_word2vec_format(project / "artifacts/word2vec/eval/vectors.txt")
+    assert vectors.vector_size == 100 and vectors.index_to_key[0] == "the"
+
     client = MlflowClient(f"sqlite:///{project}/mlflow.db")
+    [word2vec_run] = client.search_runs([client.get_experiment_by_name("word2vec").experiment_id])
+    assert "eval/wordsim_spearman" in word2vec_run.data.metrics
     runs = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
     assert len(runs) == 2
     assert {r.data.params["model.n_heads"] for r in runs} == {"4", "2"}

@@ -32,7 +32,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, buffer.getvalue())
 
 
-def _mlflow_run(cfg: DictConfig, run_reference: dict | None):
+def mlflow_run_for(cfg: DictConfig, run_reference: dict | None):
     """The training run's MLflow run if it still exists, else a new run in the same experiment."""
     import mlflow
     from mlflow import MlflowClient
@@ -50,6 +50,7 @@ def _mlflow_run(cfg: DictConfig, run_reference: dict | None):
 
 
 def evaluate(cfg: DictConfig) -> dict:
+    """Joint intent + slot scores of a checkpoint on a prepared ATIS split."""
     torch.manual_seed(cfg.seed)
     output_dir = Path(cfg.paths.output_dir)
     task = load_task(cfg.checkpoint)
@@ -67,9 +68,43 @@ def evaluate(cfg: DictConfig) -> dict:
         plots.per_label_bars(slot_rows, "slot", "f1", output_dir / "per_slot_f1.png", f"slot F1 by type ({cfg.split})"),
     ]
     if cfg.get("logger"):
-        client, run_id = _mlflow_run(cfg, tracking.read_run_reference(cfg.run_reference))
+        client, run_id = mlflow_run_for(cfg, tracking.read_run_reference(cfg.run_reference))
         for name, value in metrics.items():
             client.log_metric(run_id, f"{cfg.split}/{name}", float(value))
         for path in [metrics_path, output_dir / "per_slot_f1.csv", output_dir / "intent_confusion.csv", *figures]:
             client.log_artifact(run_id, str(path), "evaluation")
+    return metrics
+
+
+def evaluate_word2vec(cfg: DictConfig) -> dict:
+    """Export the trained vectors (word2vec text format), score them on WordSim-353, SimLex-999
+    and the Google analogies, list nearest neighbours and draw a 2-D map."""
+    import json
+
+    from transformer_lab import word_vectors
+    from transformer_lab.tasks.word2vec import Word2VecTask
+
+    path = Path(cfg.checkpoint)
+    if not path.is_file():
+        raise TransformerLabError(f"{path}: checkpoint not found; train first (`dvc repro pretrain_word2vec`)")
+    task = Word2VecTask.load_from_checkpoint(path, map_location="cpu", weights_only=False)
+    words, vectors = task.vectors()
+    output_dir = Path(cfg.paths.output_dir)
+    word_vectors.save_word2vec_format(output_dir / "vectors.txt", words, vectors)
+    kv = word_vectors.keyed_vectors(words, vectors)
+    metrics = word_vectors.intrinsic_scores(kv)
+    metrics["vocab_size"] = len(words)
+    neighbours = word_vectors.nearest_neighbours(kv, list(cfg.probe_words))
+    rows = word_vectors.projection(kv, cfg.projection_words)
+
+    atomic_write_json(output_dir / "metrics.json", metrics)
+    atomic_write_text(output_dir / "neighbours.json", json.dumps(neighbours, indent=1) + "\n")
+    _write_csv(output_dir / "projection.csv", rows)
+    figure = plots.word_map(rows, output_dir / "projection.png")
+    if cfg.get("logger"):
+        client, run_id = mlflow_run_for(cfg, tracking.read_run_reference(cfg.run_reference))
+        for name, value in metrics.items():
+            client.log_metric(run_id, f"eval/{name}", float(value))
+        for artifact in (output_dir / "metrics.json", output_dir / "neighbours.json", figure):
+            client.log_artifact(run_id, str(artifact), "evaluation")
     return metrics

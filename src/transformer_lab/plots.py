@@ -71,3 +71,13 @@ def per_label_bars(rows: list[dict], key: str, value: str, out_png: str | Path, 
     ax.tick_params(axis="y", labelsize=6)
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, out_png)
+
+
+def word_map(rows: list[dict], out_png: str | Path, labelled: int = 80, title: str = "word vectors, PCA") -> Path:
+    """2-D projection of word vectors; the most frequent `labelled` words are named."""
+    fig, ax = plt.subplots(figsize=(9, 7))
+    ax.scatter([r["x"] for r in rows], [r["y"] for r in rows], s=6, alpha=0.4, color="tab:blue")
+    for r in rows[:labelled]:
+        ax.annotate(r["word"], (r["x"], r["y"]), fontsize=7, alpha=0.8)
+    ax.set(title=title, xlabel="PC 1", ylabel="PC 2")
+    return _save(fig, out_png)

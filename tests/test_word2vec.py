@@ -1,0 +1,178 @@
+import math
+from collections import Counter
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from transformer_lab.data.corpus import prepare, read_documents, split_sentences, word_tokens
+from transformer_lab.data.word2vec import (
+    Word2VecDataModule,
+    build_vocabulary,
+    encode_sentences,
+    keep_probabilities,
+    training_pairs,
+)
+from transformer_lab.errors import DataError
+from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig, huffman_tree
+from transformer_lab.tasks.word2vec import Word2VecTask
+from transformer_lab.word_vectors import keyed_vectors, save_word2vec_format
+
+TEXT = """The cat sat on the mat. The dog sat on the log! Did the cat see the dog?
+
+A bird flew over the house. The bird sang a song. The cat watched the bird.
+
+The sun rose over the hills. Farmers went to the fields. The dog ran after the cat."""
+
+
+@pytest.fixture(scope="module")
+def lee_corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("corpus") / "corpus"
+    prepare("builtin", str(out))
+    return out
+
+
+def test_huffman_codes_are_prefix_free_and_shorter_for_frequent_words():
+    counts = np.array([500, 300, 120, 60, 10, 5, 3, 1, 1])
+    codes, points = huffman_tree(counts)
+    strings = ["".join(map(str, c)) for c in codes]
+    for i, a in enumerate(strings):
+        for j, b in enumerate(strings):
+            assert i == j or not b.startswith(a)
+    lengths = [len(c) for c in codes]
+    assert all(lengths[i] <= lengths[j] for i in range(len(counts)) for j in range(len(counts)) if counts[i] > counts[j])
+    assert all(len(p) == len(c) for p, c in zip(points, codes))
+    assert max(max(p) for p in points) == len(counts) - 2  # inner nodes 0..V-2, the root last
+    assert sum(2.0 ** -len(c) for c in codes) == pytest.approx(1.0)  # a full binary tree (Kraft equality)
+
+
+def test_hierarchical_softmax_is_a_distribution_over_the_vocabulary():
+    counts = torch.tensor([50, 30, 12, 6, 4, 2, 1])
+    model = Word2Vec(Word2VecConfig(vocab_size=7, dim=8, objective="hierarchical"), counts)
+    torch.nn.init.normal_(model.output_vectors.weight)
+    torch.nn.init.normal_(model.input_vectors.weight)
+    centre = torch.tensor([3] * 7)
+    log_probs = -model(centre, torch.arange(7))
+    assert log_probs.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_negative_sampling_noise_follows_unigram_to_the_three_quarters():
+    counts = torch.tensor([1000, 400, 100, 30, 5])
+    model = Word2Vec(Word2VecConfig(vocab_size=5, dim=4), counts)
+    expected = counts.double() ** 0.75 / (counts.double() ** 0.75).sum()
+    torch.testing.assert_close(model.noise.double(), expected, rtol=1e-6, atol=1e-7)
+    torch.manual_seed(0)
+    draws = torch.multinomial(model.noise, 200_000, replacement=True)
+    frequencies = torch.bincount(draws, minlength=5).double() / 200_000
+    torch.testing.assert_close(frequencies, expected, atol=0.005, rtol=0)
+
+
+def test_subsampling_matches_gensim_and_keeps_rare_words():
+    from gensim.models import Word2Vec as GensimWord2Vec
+
+    rng = np.random.default_rng(0)
+    vocabulary = [f"w{i}" for i in range(200)]
+    zipf = 1 / np.arange(1, 201)
+    sentences = [list(rng.choice(vocabulary, size=12, p=zipf / zipf.sum())) for _ in range(2000)]
+    words, counts = build_vocabulary(sentences, min_count=1)
+    keep = keep_probabilities(counts, 1e-3)
+    gensim = GensimWord2Vec(min_count=1, sample=1e-3)
+    gensim.build_vocab(sentences)
+    theirs = np.array([gensim.wv.get_vecattr(w, "sample_int") / 2**32 for w in words])
+    np.testing.assert_allclose(keep, theirs, atol=1e-6)
+    assert keep[0] < 0.5 and keep[-1] == 1.0  # the most frequent word is thinned, the rarest always kept
+
+
+def test_pairs_stay_inside_sentences_and_windows():
+    sentences = [np.array([0, 1, 2, 3, 4, 5]), np.array([6, 7, 8])]
+    centres, contexts, weights = training_pairs(sentences, np.ones(9), 2, "skipgram", np.random.default_rng(0))
+    same_sentence = lambda a, b: (a < 6) == (b < 6)  # noqa: E731
+    assert all(same_sentence(c, o) and 0 < abs(int(c) - int(o)) <= 2 for c, o in zip(centres, contexts))
+    assert weights.sum() == pytest.approx(9)  # every kept token counted once as an effective word
+    context, mask, centres, _ = training_pairs(sentences, np.ones(9), 2, "cbow", np.random.default_rng(0))
+    assert context.shape == (9, 4) and mask.sum(1).min() >= 1
+
+
+@pytest.mark.parametrize("architecture", ["skipgram", "cbow"])
+@pytest.mark.parametrize("objective", ["negative", "hierarchical"])
+def test_tiny_corpus_trains_and_the_loss_falls(lee_corpus, architecture, objective):
+    dm = Word2VecDataModule(str(lee_corpus), min_count=5, architecture=architecture, batch_size=1024)
+    task = Word2VecTask({**Word2VecConfig(vocab_size=len(dm.words), dim=32, architecture=architecture,
+                                          objective=objective).to_dict()}, dm.words, dm.counts.tolist())
+    L.seed_everything(0)
+    before = torch.cat([task(b) for b in dm.val_dataloader()]).mean().item()
+    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(task, dm)
+    with torch.no_grad():
+        after = torch.cat([task(b) for b in dm.val_dataloader()]).mean().item()
+    assert after < before - 0.1, (before, after)  # held-out loss, same examples before and after
+
+
+def test_gradients_are_sparse_rows():
+    model = Word2Vec(Word2VecConfig(vocab_size=50, dim=8), torch.ones(50))
+    model(torch.tensor([3, 4]), torch.tensor([5, 6])).sum().backward()
+    grad = model.input_vectors.weight.grad
+    assert grad.is_sparse and set(grad.coalesce().indices()[0].tolist()) == {3, 4}
+
+
+def test_export_loads_in_gensim(tmp_path):
+    from gensim.models import KeyedVectors
+
+    words = ["the", "cat", "o'neill", "2001"]
+    vectors = np.random.default_rng(0).normal(size=(4, 7)).astype(np.float32)
+    save_word2vec_format(tmp_path / "vectors.txt", words, vectors)
+    loaded = KeyedVectors.load_word2vec_format(str(tmp_path / "vectors.txt"))
+    assert loaded.index_to_key == words
+    np.testing.assert_allclose(loaded[words], vectors, atol=1e-6)
+    ours = keyed_vectors(words, vectors)
+    assert ours.most_similar("cat", topn=1)[0][0] == loaded.most_similar("cat", topn=1)[0][0]
+
+
+# ------------------------------------------------------------------ corpus preparation
+def test_builtin_corpus_keeps_documents_and_sentence_order(lee_corpus):
+    train, validation = read_documents(lee_corpus, "train"), read_documents(lee_corpus, "validation")
+    assert len(train) + len(validation) == 300 and len(validation) == 30
+    assert train[0][0].startswith("Hundreds of people have been forced to vacate their homes")
+    assert train[0][1].startswith("A new blaze near Goulburn")
+
+
+def test_local_text_splits_into_paragraph_documents(tmp_path):
+    (tmp_path / "story.txt").write_text(TEXT)
+    summary = prepare("local", str(tmp_path / "out"), local_paths=[str(tmp_path / "story.txt")], lowercase=True,
+                      validation_fraction=0.34)
+    assert summary["train"]["documents"] == 2 and summary["validation"]["documents"] == 1
+    docs = read_documents(tmp_path / "out", "train") + read_documents(tmp_path / "out", "validation")
+    assert sorted(len(d) for d in docs) == [3, 3, 3]
+    assert all(s == s.lower() for d in docs for s in d)
+
+
+def test_sentence_splitting_and_word_tokens():
+    assert split_sentences("It rained. Then it stopped! Why? \"Yes.\" 3 left.") == [
+        "It rained.", "Then it stopped!", "Why?", "\"Yes.\"", "3 left."]
+    assert word_tokens("The U.S. didn't win 3-2.") == ["the", "u", "s", "didn't", "win", "3", "2"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "file is empty"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "looks binary"),
+    (b"caf\xe9 au lait\n", r":1: not valid UTF-8"),
+])
+def test_bad_text_input_is_a_clear_error(tmp_path, content, message):
+    path = tmp_path / "input.txt"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        prepare("local", str(tmp_path / "out"), local_paths=[str(path)])
+    assert not (tmp_path / "out").exists()
+
+
+def test_wikitext_offline_is_a_clear_error(tmp_path, monkeypatch):
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+    with pytest.raises(DataError, match="could not load 'Salesforce/wikitext' .*offline"):
+        prepare("hub", str(tmp_path / "out"))
