@@ -48,11 +48,12 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
 
     first = dvc(project, "repro")
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
-                                                       "pretrain_word2vec", "evaluate_word2vec"])
+                                                       "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec"])
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
-                 "artifacts/atis/eval/per_slot_f1.png", "artifacts/word2vec/eval/projection.csv"):
+                 "artifacts/atis/eval/per_slot_f1.png", "artifacts/word2vec/eval/projection.csv",
+                 "data/tokenizers/corpus/bpe/tokenizer.json"):
         assert (project / plot).is_file()
 
     second = dvc(project, "repro")

@@ -1,0 +1,25 @@
+"""Train the WordPiece, byte-level BPE and character tokenizers on the prepared corpus and
+encode it: `python pipelines/train_tokenizers.py [tokenizers.bpe.vocab_size=16000]`."""
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from transformer_lab.data.tokenizers import prepare_tokenizers  # noqa: E402
+from transformer_lab.utils.cli import pipeline  # noqa: E402
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train_tokenizers")
+@pipeline
+def main(cfg: DictConfig) -> None:
+    summary = prepare_tokenizers(cfg.data.prepared_dir, cfg.output_dir, OmegaConf.to_container(cfg.tokenizers))
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
