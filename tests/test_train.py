@@ -133,3 +133,40 @@ def test_logged_mlflow_model_reproduces_the_best_checkpoint(smoke_run, prepared_
         for ours, theirs in zip(task(batch["input_ids"], batch["attention_mask"]),
                                 logged(batch["input_ids"], batch["attention_mask"])):
             torch.testing.assert_close(ours, theirs)
+
+
+def test_embeddings_start_from_word2vec_vectors(tmp_path, smoke_overrides, prepared_atis):
+    import numpy as np
+    import torch
+    from mlflow import MlflowClient
+
+    from transformer_lab.word_vectors import save_word2vec_format
+
+    vocab = json.loads((prepared_atis / "vocab.json").read_text())
+    words = vocab[3:13] + ["not-in-atis"]
+    vectors = np.random.default_rng(0).normal(size=(len(words), 32)).astype(np.float32)
+    save_word2vec_format(tmp_path / "vectors.txt", words, vectors)
+    overrides = [*smoke_overrides, "model.d_model=32", "task.lr=0",  # lr 0: the weights stay as initialised
+                 "model.embeddings.init=word2vec", f"model.embeddings.vectors={tmp_path / 'vectors.txt'}"]
+    train_run(overrides, tmp_path / "run")
+    from transformer_lab.evaluate import load_task
+
+    task = load_task(tmp_path / "run/checkpoints/last.ckpt")
+    table = task.model.encoder.token_embedding.weight[3:13].detach()
+    ratios = table / torch.from_numpy(vectors[:10])
+    torch.testing.assert_close(ratios, torch.full_like(ratios, ratios[0, 0].item()))  # the same vectors, one scale
+    [mlflow_run] = MlflowClient().search_runs([MlflowClient().get_experiment_by_name("atis").experiment_id])
+    assert mlflow_run.data.metrics["embeddings/word2vec_coverage"] == pytest.approx(10 / len(vocab))
+    assert mlflow_run.data.params["model.embeddings.init"] == "word2vec"
+
+
+def test_word2vec_vectors_of_the_wrong_size_are_a_clear_error(tmp_path, smoke_overrides):
+    import numpy as np
+
+    from transformer_lab.errors import TransformerLabError
+    from transformer_lab.word_vectors import save_word2vec_format
+
+    save_word2vec_format(tmp_path / "v.txt", ["flights"], np.ones((1, 100), dtype=np.float32))
+    with pytest.raises(TransformerLabError, match="vectors have 100 dimensions but model.d_model=128"):
+        train_run([*smoke_overrides, "model.embeddings.init=word2vec", f"model.embeddings.vectors={tmp_path / 'v.txt'}"],
+                  tmp_path / "run")

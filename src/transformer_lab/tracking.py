@@ -86,7 +86,7 @@ def log_run_context(logger: MLFlowLogger, cfg: DictConfig, overrides: list[str] 
 
 def log_artifacts(logger: MLFlowLogger, paths: list[str | Path], artifact_path: str | None = None) -> None:
     for path in paths:
-        if Path(path).exists():
+        if path is not None and Path(path).exists():
             logger.experiment.log_artifact(logger.run_id, str(path), artifact_path)
 
 

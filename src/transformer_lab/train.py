@@ -37,8 +37,15 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     datamodule = instantiate(cfg.data.datamodule)
     # Sizes that depend on the data (vocabulary, label counts) come from the datamodule.
-    model_config = instantiate(cfg.model, **datamodule.model_kwargs())
+    embeddings = cfg.model.get("embeddings")  # how to initialise them: a training choice, not a model field
+    model_node = OmegaConf.masked_copy(cfg.model, [key for key in cfg.model if key != "embeddings"])
+    model_config = instantiate(model_node, **datamodule.model_kwargs())
     task = instantiate(cfg.task, model_config=model_config.to_dict(), **datamodule.task_kwargs(), _convert_="all")
+    coverage = None
+    if embeddings and embeddings.init == "word2vec":
+        coverage = task.load_word_vectors(embeddings.vectors)
+    elif embeddings and embeddings.init != "random":
+        raise TransformerLabError(f"model.embeddings.init={embeddings.init!r} is not 'random' or 'word2vec'")
 
     previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE)
     if ckpt_path and previous_run and cfg.get("logger") and "mlflow" in cfg.logger:
@@ -51,6 +58,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if mlflow_logger and rank_zero_only.rank == 0:
         tracking.log_run_context(mlflow_logger, cfg, hydra_overrides())
         tracking.write_run_reference(output_dir / tracking.RUN_REFERENCE, mlflow_logger)
+        if coverage is not None:
+            mlflow_logger.log_metrics({"embeddings/word2vec_coverage": coverage})
 
     trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
 

@@ -24,6 +24,30 @@ def save_word2vec_format(path: str | Path, words: list[str], vectors: np.ndarray
     os.replace(tmp, path)
 
 
+def load_word2vec_format(path: str | Path) -> tuple[list[str], np.ndarray]:
+    """Read vectors in word2vec text format (this project's export, gensim's, the original tool's)."""
+    from transformer_lab.errors import DataError
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: word vectors not found; run `dvc repro evaluate_word2vec` (it exports them)")
+    with path.open(encoding="utf-8") as f:
+        header = f.readline().split()
+        if len(header) != 2 or not all(h.isdigit() for h in header):
+            raise DataError(f"{path}:1: expected a 'count dim' header, found {' '.join(header)[:40]!r}")
+        count, dim = map(int, header)
+        words, rows = [], []
+        for number, line in enumerate(f, 2):
+            parts = line.rstrip("\n").split(" ")
+            if len(parts) != dim + 1:
+                raise DataError(f"{path}:{number}: {len(parts) - 1} values, expected {dim}")
+            words.append(parts[0])
+            rows.append(np.asarray(parts[1:], dtype=np.float32))
+    if len(words) != count:
+        raise DataError(f"{path}: header says {count} words, file has {len(words)}")
+    return words, np.stack(rows)
+
+
 def keyed_vectors(words: list[str], vectors: np.ndarray):
     from gensim.models import KeyedVectors
 

@@ -10,6 +10,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from transformer_lab.data.atis import IGNORE_INDEX, AtisVocabulary, collate
+from transformer_lab.errors import TransformerLabError
 from transformer_lab.metrics import SlotF1
 from transformer_lab.models.encoder import JointIntentSlotConfig, JointIntentSlotModel
 from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
@@ -39,6 +40,27 @@ class JointIntentSlotTask(L.LightningModule):
         self.vocabulary = AtisVocabulary(vocab, intent_labels, slot_labels, lowercase)
         self.o_index = slot_labels.index("O")
         self.metrics = nn.ModuleDict({stage: self._stage_metrics() for stage in ("val", "test")})
+
+    @torch.no_grad()
+    def load_word_vectors(self, path: str) -> float:
+        """Initialise the token embedding from word2vec vectors (the lecture's pre-trained
+        embeddings); words without a vector keep their random row. Returns the vocabulary coverage.
+
+        The vectors are rescaled to the random initialisation's standard deviation, so that
+        tokens and positions still start at comparable magnitudes."""
+        from transformer_lab.word_vectors import load_word2vec_format
+
+        words, vectors = load_word2vec_format(path)
+        embedding = self.model.encoder.token_embedding.weight
+        if vectors.shape[1] != embedding.shape[1]:
+            raise TransformerLabError(f"{path}: vectors have {vectors.shape[1]} dimensions but model.d_model="
+                                      f"{embedding.shape[1]}; set model.d_model={vectors.shape[1]}")
+        table = dict(zip(words, torch.from_numpy(vectors)))
+        scale = embedding.std() / torch.from_numpy(vectors).std()
+        found = [(row, table[word]) for row, word in enumerate(self.hparams.vocab) if word in table]
+        for row, vector in found:
+            embedding[row] = vector * scale
+        return len(found) / len(self.hparams.vocab)
 
     def _stage_metrics(self) -> nn.ModuleDict:
         n_intents, n_slots = len(self.hparams.intent_labels), len(self.hparams.slot_labels)
