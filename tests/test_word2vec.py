@@ -63,7 +63,7 @@ def test_negative_sampling_noise_follows_unigram_to_the_three_quarters():
     expected = counts.double() ** 0.75 / (counts.double() ** 0.75).sum()
     torch.testing.assert_close(model.noise.double(), expected, rtol=1e-6, atol=1e-7)
     torch.manual_seed(0)
-    draws = torch.multinomial(model.noise, 200_000, replacement=True)
+    draws = model.noise_table[torch.randint(len(model.noise_table), (200_000,))]  # what training samples from
     frequencies = torch.bincount(draws, minlength=5).double() / 200_000
     torch.testing.assert_close(frequencies, expected, atol=0.005, rtol=0)
 

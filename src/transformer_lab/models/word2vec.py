@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+NOISE_TABLE_SIZE = 1_000_000
 
 @dataclass
 class Word2VecConfig:
@@ -80,6 +81,10 @@ class Word2Vec(nn.Module):
 
         counts = torch.as_tensor(counts, dtype=torch.float64)
         self.register_buffer("noise", (counts**config.noise_power / (counts**config.noise_power).sum()).float())
+        # word2vec's unigram table: each word fills a share of slots equal to its noise probability,
+        # so drawing K noise words is K uniform integers (much faster than torch.multinomial).
+        slots = torch.round(self.noise.double() * NOISE_TABLE_SIZE).long().clamp(min=1)
+        self.register_buffer("noise_table", torch.repeat_interleave(torch.arange(vocab), slots), persistent=False)
         if config.objective == "hierarchical":
             codes, points = huffman_tree(counts.numpy())
             depth = max(len(c) for c in codes)
@@ -102,12 +107,12 @@ class Word2Vec(nn.Module):
         """Loss per example (B,): -log p(target | inputs) under the chosen objective."""
         h = self.hidden(inputs, input_mask)
         if self.config.objective == "negative":
-            noise_words = torch.multinomial(self.noise, targets.numel() * self.config.negatives, replacement=True)
-            noise_vectors = self.output_vectors(noise_words.view(-1, self.config.negatives))
-            positive = (self.output_vectors(targets) * h).sum(-1)
-            negative = torch.bmm(noise_vectors, h[:, :, None]).squeeze(-1)
-            return -F.logsigmoid(positive) - F.logsigmoid(-negative).sum(-1)
+            draws = torch.randint(len(self.noise_table), (len(targets), self.config.negatives), device=h.device)
+            # One lookup for the true word and its K noise words: one sparse gradient, not two to add.
+            words = torch.cat([targets[:, None], self.noise_table[draws]], dim=1)
+            scores = (self.output_vectors(words) * h[:, None, :]).sum(-1)  # (B, 1 + K); faster than bmm here
+            return -F.logsigmoid(scores[:, 0]) - F.logsigmoid(-scores[:, 1:]).sum(-1)
         # Hierarchical softmax: one binary decision per inner node on the target's Huffman path.
         nodes, bits, mask = self.points[targets], self.codes[targets], self.code_mask[targets]
-        scores = torch.bmm(self.output_vectors(nodes), h[:, :, None]).squeeze(-1)
+        scores = (self.output_vectors(nodes) * h[:, None, :]).sum(-1)
         return -(F.logsigmoid(scores * (1 - 2 * bits)) * mask).sum(-1)  # bit 0 -> sigma(s), bit 1 -> sigma(-s)
