@@ -41,7 +41,7 @@ def test_tracking_uri_comes_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     cfg = compose_config("train", [], tmp_path)
     assert cfg.logger.mlflow.tracking_uri == f"sqlite:///{cfg.paths.root_dir}/mlflow.db"
-    assert cfg.logger.mlflow.artifact_location.endswith("/mlruns")
+    assert cfg.logger.mlflow.artifact_location.endswith("/mlruns/atis")  # one folder per experiment
 
 
 @pytest.mark.parametrize("override, message", [

@@ -45,7 +45,7 @@ def mlflow_run_for(cfg: DictConfig, run_reference: dict | None):
             pass
     experiment = client.get_experiment_by_name(cfg.task_name)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(
-        cfg.task_name, artifact_location=tracking.default_artifact_location(cfg.paths.root_dir))
+        cfg.task_name, artifact_location=tracking.default_artifact_location(cfg.paths.root_dir, cfg.task_name))
     return client, client.create_run(experiment_id, tags={"mlflow.runName": "evaluate"}).info.run_id
 
 

@@ -18,12 +18,12 @@ from transformer_lab.utils.io import atomic_write_json
 RUN_REFERENCE = "mlflow_run.json"
 
 
-def default_artifact_location(root_dir: str) -> str | None:
-    """Where a new experiment keeps artifacts: beside the local store by default, the
-    server's choice when MLFLOW_TRACKING_URI points elsewhere."""
+def default_artifact_location(root_dir: str, experiment: str) -> str | None:
+    """Where a new experiment keeps artifacts: mlruns/<experiment>/ beside the local store by
+    default, the server's choice when MLFLOW_TRACKING_URI points elsewhere."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return None
-    return Path(root_dir, "mlruns").resolve().as_uri()
+    return Path(root_dir, "mlruns", experiment).resolve().as_uri()
 
 
 def register_resolvers() -> None:
