@@ -28,12 +28,9 @@ os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
 
 def tokenised_corpus(spec: str) -> list[list[str]]:
-    from transformer_lab.data.corpus import builtin_corpus_path, read_text_file, split_documents, split_sentences, word_tokens
+    from transformer_lab.data.corpus import load_documents, split_sentences, word_tokens
 
-    if spec == "builtin":
-        documents = split_documents(read_text_file(builtin_corpus_path()), "line")
-    else:
-        documents = split_documents(read_text_file(spec), "blank_line")
+    documents = load_documents("builtin") if spec == "builtin" else load_documents("local", [spec], "blank_line")
     return [t for doc in documents for s in split_sentences(doc) if len(t := word_tokens(s)) > 1]
 
 

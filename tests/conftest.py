@@ -35,6 +35,17 @@ def _isolated_tracking(tmp_path, monkeypatch):
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
 
 
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """The Hugging Face clients read their offline switch at import time; set it where they look."""
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+
+
 @pytest.fixture(scope="session")
 def prepared_atis(tmp_path_factory) -> Path:
     from transformer_lab.data.atis import prepare_atis

@@ -78,13 +78,7 @@ def read_seq_in_dir_like(rows):
     return [{"words": r[0].split(), "slots": r[1].split(), "intent": r[2]} for r in rows]
 
 
-def test_hub_offline_gives_a_clear_error(tmp_path, monkeypatch):
-    import huggingface_hub.constants
-
-    # Both libraries read the offline switch at import time; set it where they look.
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+def test_hub_offline_gives_a_clear_error(offline_hub):
     with pytest.raises(DataError, match="could not load 'tuetschek/atis' from the Hugging Face Hub.*offline"):
         load_hub_atis("tuetschek/atis")
 

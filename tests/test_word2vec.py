@@ -167,12 +167,6 @@ def test_bad_text_input_is_a_clear_error(tmp_path, content, message):
     assert not (tmp_path / "out").exists()
 
 
-def test_wikitext_offline_is_a_clear_error(tmp_path, monkeypatch):
-    import datasets
-    import huggingface_hub.constants
-
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
+def test_wikitext_offline_is_a_clear_error(tmp_path, offline_hub):
     with pytest.raises(DataError, match="could not load 'Salesforce/wikitext' .*offline"):
         prepare("hub", str(tmp_path / "out"))

@@ -17,11 +17,12 @@ from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
 
 
-def load_task(checkpoint: str | Path) -> JointIntentSlotTask:
+def load_task(checkpoint: str | Path, task_class: type = JointIntentSlotTask, stage: str = "train_atis"):
+    """A trained task from its checkpoint, on the CPU; `stage` is the DVC stage that trains it."""
     path = Path(checkpoint)
     if not path.is_file():
-        raise TransformerLabError(f"{path}: checkpoint not found; train first (`dvc repro train_atis`)")
-    return JointIntentSlotTask.load_from_checkpoint(path, map_location="cpu", weights_only=False)
+        raise TransformerLabError(f"{path}: checkpoint not found; train first (`dvc repro {stage}`)")
+    return task_class.load_from_checkpoint(path, map_location="cpu", weights_only=False)
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -84,10 +85,7 @@ def evaluate_word2vec(cfg: DictConfig) -> dict:
     from transformer_lab import word_vectors
     from transformer_lab.tasks.word2vec import Word2VecTask
 
-    path = Path(cfg.checkpoint)
-    if not path.is_file():
-        raise TransformerLabError(f"{path}: checkpoint not found; train first (`dvc repro pretrain_word2vec`)")
-    task = Word2VecTask.load_from_checkpoint(path, map_location="cpu", weights_only=False)
+    task = load_task(cfg.checkpoint, Word2VecTask, "pretrain_word2vec")
     words, vectors = task.vectors()
     output_dir = Path(cfg.paths.output_dir)
     word_vectors.save_word2vec_format(output_dir / "vectors.txt", words, vectors)

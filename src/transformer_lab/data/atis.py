@@ -17,7 +17,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from transformer_lab.errors import DataError
-from transformer_lab.utils.io import atomic_directory
+from transformer_lab.data.hub import load_hub_dataset
+from transformer_lab.utils.io import atomic_directory, decode_utf8
 
 SPLITS = ("train", "dev", "test")
 PAD, UNK, CLS = "[PAD]", "[UNK]", "[CLS]"
@@ -29,13 +30,7 @@ IGNORE_INDEX = -100  # slot positions that are padding or [CLS]
 def _read_lines(path: Path) -> list[str]:
     if not path.is_file():
         raise DataError(f"{path}: missing file (a split needs seq.in, seq.out and label)")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not valid UTF-8 (byte {raw[err.start]:#04x} at offset {err.start})") from None
-    lines = text.splitlines()
+    lines = decode_utf8(path, path.read_bytes()).splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
     if not lines:
@@ -94,16 +89,7 @@ def examples_from_hub_rows(rows, where: str) -> list[dict]:
 
 
 def load_hub_atis(hub_id: str = "tuetschek/atis", dev_size: int = 500, seed: int = 0) -> dict[str, list[dict]]:
-    import datasets
-
-    try:
-        dataset = datasets.load_dataset(hub_id)
-    except Exception as err:  # the hub client raises many types when offline
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DataError(
-            f"could not load {hub_id!r} from the Hugging Face Hub ({reason}); "
-            "offline? use data.source=builtin, or data.source=local data.local_dir=DIR"
-        ) from None
+    dataset = load_hub_dataset(hub_id, local_hint="data.local_dir=DIR")
     splits = {name: examples_from_hub_rows(dataset[name], f"{hub_id}[{name}]") for name in dataset}
     if "test" not in splits or "train" not in splits:
         raise DataError(f"{hub_id}: expected train and test splits, found {sorted(splits)}")

@@ -14,8 +14,9 @@ import re
 import unicodedata
 from pathlib import Path
 
+from transformer_lab.data.hub import load_hub_dataset
 from transformer_lab.errors import DataError
-from transformer_lab.utils.io import atomic_directory
+from transformer_lab.utils.io import atomic_directory, decode_utf8
 
 SPLITS = ("train", "validation")
 # A sentence ends at . ! or ? (plus closing quotes/brackets) followed by space and a capital or digit.
@@ -41,11 +42,7 @@ def read_text_file(path: str | Path) -> str:
         raise DataError(f"{path}: file is empty")
     if b"\x00" in raw[:65536]:
         raise DataError(f"{path}: looks binary (NUL byte at offset {raw.index(bytes(1))}), expected UTF-8 text")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not valid UTF-8 (byte {raw[err.start]:#04x} at offset {err.start})") from None
+    return decode_utf8(path, raw)
 
 
 def split_documents(text: str, separator: str) -> list[str]:
@@ -74,14 +71,7 @@ def word_tokens(sentence: str) -> list[str]:
 
 
 def load_hub_documents(hub_id: str, config_name: str) -> list[str]:
-    import datasets
-
-    try:
-        dataset = datasets.load_dataset(hub_id, config_name)
-    except Exception as err:  # the hub client raises many types when offline
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DataError(f"could not load {hub_id!r} ({config_name}) from the Hugging Face Hub ({reason}); "
-                        "offline? use data.source=builtin, or data.source=local data.local_paths=[FILE]") from None
+    dataset = load_hub_dataset(hub_id, config_name, local_hint="data.local_paths=[FILE]")
     documents, current = [], []
     for split in ("train", "validation", "test"):
         for line in dataset[split]["text"]:

@@ -28,6 +28,17 @@ def atomic_write_json(path: str | os.PathLike, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def decode_utf8(path: str | os.PathLike, raw: bytes) -> str:
+    """UTF-8 text of a file's bytes; a bad byte is a DataError naming file and line."""
+    from transformer_lab.errors import DataError
+
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not valid UTF-8 (byte {raw[err.start]:#04x} at offset {err.start})") from None
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yields a temporary directory beside `path`; on success it replaces `path`, on error it is removed."""
