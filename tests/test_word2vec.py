@@ -12,7 +12,7 @@ from transformer_lab.data.word2vec import (
     build_vocabulary,
     encode_sentences,
     keep_probabilities,
-    training_pairs,
+    training_windows,
 )
 from transformer_lab.errors import DataError
 from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig, huffman_tree
@@ -52,8 +52,8 @@ def test_hierarchical_softmax_is_a_distribution_over_the_vocabulary():
     model = Word2Vec(Word2VecConfig(vocab_size=7, dim=8, objective="hierarchical"), counts)
     torch.nn.init.normal_(model.output_vectors.weight)
     torch.nn.init.normal_(model.input_vectors.weight)
-    centre = torch.tensor([3] * 7)
-    log_probs = -model(centre, torch.arange(7))
+    context, mask = torch.full((7, 1), 3), torch.ones(7, 1, dtype=torch.bool)  # one context word: word 3
+    log_probs = -model(context, mask, torch.arange(7))
     assert log_probs.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
 
 
@@ -84,20 +84,27 @@ def test_subsampling_matches_gensim_and_keeps_rare_words():
     assert keep[0] < 0.5 and keep[-1] == 1.0  # the most frequent word is thinned, the rarest always kept
 
 
-def test_pairs_stay_inside_sentences_and_windows():
-    sentences = [np.array([0, 1, 2, 3, 4, 5]), np.array([6, 7, 8])]
-    centres, contexts, weights = training_pairs(sentences, np.ones(9), 2, "skipgram", np.random.default_rng(0))
+def test_windows_stay_inside_sentences_and_reach():
+    sentences = [np.array([0, 1, 2, 3, 4, 5]), np.array([6, 7, 8])]  # word id = position, sentence 2 from 6
+    context, mask, centres = training_windows(sentences, np.ones(9), 2, np.random.default_rng(0))
+    assert context.shape == (9, 4) and mask.shape == (9, 4)  # every token a centre (one effective word each)
+    assert sorted(centres.tolist()) == list(range(9))
     same_sentence = lambda a, b: (a < 6) == (b < 6)  # noqa: E731
-    assert all(same_sentence(c, o) and 0 < abs(int(c) - int(o)) <= 2 for c, o in zip(centres, contexts))
-    assert weights.sum() == pytest.approx(9)  # every kept token counted once as an effective word
-    context, mask, centres, _ = training_pairs(sentences, np.ones(9), 2, "cbow", np.random.default_rng(0))
-    assert context.shape == (9, 4) and mask.sum(1).min() >= 1
+    for row, used, centre in zip(context, mask, centres):
+        words = row[used]
+        assert len(words) >= 1 and all(same_sentence(w, centre) and 0 < abs(int(w) - int(centre)) <= 2 for w in words)
+        reach = max(abs(int(w) - int(centre)) for w in words)
+        # a dynamic window is whole: every word within its reach and inside the sentence is used
+        expected = {w for w in range(9) if same_sentence(w, centre) and 0 < abs(w - int(centre)) <= reach}
+        assert set(words.tolist()) == expected
+    kept = training_windows(sentences, np.array([1.0] * 6 + [0.0] * 3), 2, np.random.default_rng(0))[2]
+    assert sorted(kept.tolist()) == list(range(6))  # a word with keep probability 0 is subsampled away
 
 
 @pytest.mark.parametrize("architecture", ["skipgram", "cbow"])
 @pytest.mark.parametrize("objective", ["negative", "hierarchical"])
 def test_tiny_corpus_trains_and_the_loss_falls(lee_corpus, architecture, objective):
-    dm = Word2VecDataModule(str(lee_corpus), min_count=5, architecture=architecture, batch_size=1024)
+    dm = Word2VecDataModule(str(lee_corpus), min_count=5, batch_size=1024)
     task = Word2VecTask({**Word2VecConfig(vocab_size=len(dm.words), dim=32, architecture=architecture,
                                           objective=objective).to_dict()}, dm.words, dm.counts.tolist())
     L.seed_everything(0)
@@ -112,9 +119,34 @@ def test_tiny_corpus_trains_and_the_loss_falls(lee_corpus, architecture, objecti
 
 def test_gradients_are_sparse_rows():
     model = Word2Vec(Word2VecConfig(vocab_size=50, dim=8), torch.ones(50))
-    model(torch.tensor([3, 4]), torch.tensor([5, 6])).sum().backward()
+    torch.nn.init.normal_(model.output_vectors.weight)  # word2vec starts them at zero: no input gradient yet
+    model(torch.tensor([[3, 7], [4, 0]]), torch.tensor([[True, True], [True, False]]), torch.tensor([5, 6])).sum().backward()
     grad = model.input_vectors.weight.grad
-    assert grad.is_sparse and set(grad.coalesce().indices()[0].tolist()) == {3, 4}
+    assert grad.is_sparse and set(grad.coalesce().indices()[0].tolist()) <= {3, 4, 7, 0}
+    assert set(torch.nonzero(grad.to_dense().abs().sum(1)).flatten().tolist()) == {3, 4, 7}  # padding moves nothing
+
+
+@pytest.mark.parametrize("architecture", ["skipgram", "cbow"])
+@pytest.mark.parametrize("objective", ["negative", "hierarchical"])
+def test_closed_form_sgd_update_matches_autograd_and_sgd(architecture, objective):
+    counts = torch.tensor([90, 60, 40, 30, 20, 12, 8, 5, 3, 2])
+    config = Word2VecConfig(vocab_size=10, dim=6, architecture=architecture, objective=objective)
+    ours, reference = Word2Vec(config, counts), Word2Vec(config, counts)
+    torch.manual_seed(0)
+    for table in (ours.input_vectors, ours.output_vectors):
+        torch.nn.init.normal_(table.weight, std=0.5)
+    reference.load_state_dict(ours.state_dict())
+    context = torch.tensor([[1, 2, 3, 0], [4, 4, 5, 9], [0, 7, 8, 0]])  # word 4 twice: its updates add up
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True], [False, True, True, False]])
+    centres = torch.tensor([0, 6, 2])
+    torch.manual_seed(1)  # the same noise words for both
+    losses = reference(context, mask, centres)
+    losses.sum().backward()
+    torch.optim.SGD(reference.parameters(), lr=0.1).step()
+    torch.manual_seed(1)
+    torch.testing.assert_close(ours.sgd_update(context, mask, centres, lr=0.1), losses.detach())
+    torch.testing.assert_close(ours.input_vectors.weight, reference.input_vectors.weight)
+    torch.testing.assert_close(ours.output_vectors.weight, reference.output_vectors.weight)
 
 
 def test_export_loads_in_gensim(tmp_path):

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def _save(fig, path: str | Path) -> Path:
@@ -29,16 +30,17 @@ def training_curves(history_csv: str | Path, out_png: str | Path) -> Path | None
     if not rows:
         return None
     epochs = [int(r["epoch"]) for r in rows]
-    fig, (loss_ax, score_ax) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for name in rows[0]:
-        values = [float(r[name]) if r.get(name) not in (None, "", "nan") else float("nan") for r in rows]
-        if name.endswith("loss"):
-            loss_ax.plot(epochs, values, marker="o", label=name)
-        elif name.startswith("val/"):
-            score_ax.plot(epochs, values, marker="o", label=name)
-    loss_ax.set(xlabel="epoch", ylabel="loss", title="loss")
-    score_ax.set(xlabel="epoch", ylabel="score", title="validation")
-    for ax in (loss_ax, score_ax):
+    series = {name: [float(r[name]) if r.get(name) not in (None, "", "nan") else float("nan") for r in rows]
+              for name in rows[0]}
+    losses = [name for name in series if name.endswith("loss")]
+    scores = [name for name in series if name.startswith("val/") and not name.endswith("loss")]
+    # A second panel only for validation scores (ATIS has them; word2vec has a held-out loss only).
+    fig, axes = plt.subplots(1, 2 if scores else 1, figsize=(10 if scores else 5.5, 3.8), squeeze=False)
+    for ax, names, title, ylabel in zip(axes[0], (losses, scores), ("loss", "validation"), ("loss", "score")):
+        for name in names:
+            ax.plot(epochs, series[name], marker="o", label=name)
+        ax.set(xlabel="epoch", ylabel=ylabel, title=title)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, out_png)

@@ -39,78 +39,85 @@ def encode_sentences(sentences: list[list[str]], words: list[str]) -> list[np.nd
     return [e for e in encoded if len(e) > 1]
 
 
-def training_pairs(sentences: list[np.ndarray], keep: np.ndarray, window: int, architecture: str,
-                   rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """One epoch of examples, vectorised over the whole corpus.
+def training_windows(sentences: list[np.ndarray], keep: np.ndarray, window: int,
+                     rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One epoch of examples, vectorised over the whole corpus: (context (N, 2*window) word
+    ids, mask (N, 2*window), centres (N,)).
 
-    Each kept token is a centre with its own window b ~ U{1..window} (word2vec's dynamic
-    window: near words count more). skip-gram: (centre, context) pairs; CBOW: (context
-    matrix, mask, centre). Also returns each example's share of an effective word, so
-    that a batch knows how many corpus words it covers.
+    Frequent words are subsampled first; each kept token is then a centre with its own window
+    b ~ U{1..window} (word2vec's dynamic window: near words count more), inside its sentence.
+    One example per kept token that has context, i.e. one effective word as gensim counts them.
     """
-    kept = [s[rng.random(len(s)) < keep[s]] for s in sentences]
-    kept = [s for s in kept if len(s) > 1]
-    tokens = np.concatenate(kept)
-    sentence_id = np.repeat(np.arange(len(kept)), [len(s) for s in kept])
+    tokens = np.concatenate(sentences)
+    sentence_id = np.repeat(np.arange(len(sentences)), [len(s) for s in sentences])
+    kept = rng.random(len(tokens)) < keep[tokens]
+    tokens, sentence_id = tokens[kept], sentence_id[kept]
     reach = rng.integers(1, window + 1, size=len(tokens))
     offsets = np.array([d for d in range(-window, window + 1) if d != 0])
     positions = np.arange(len(tokens))[:, None] + offsets[None, :]
     inside = (positions >= 0) & (positions < len(tokens))
     positions = np.clip(positions, 0, len(tokens) - 1)
     valid = inside & (sentence_id[positions] == sentence_id[:, None]) & (np.abs(offsets)[None, :] <= reach[:, None])
-    n_context = valid.sum(1)
-    has_context = n_context > 0
-    if architecture == "cbow":
-        centres = tokens[has_context]
-        context = np.where(valid, tokens[positions], 0)[has_context]
-        return context, valid[has_context], centres, np.ones(len(centres))
-    centre_index, slot = np.nonzero(valid)
-    weight = 1.0 / n_context[centre_index]
-    return tokens[centre_index], tokens[positions[centre_index, slot]], weight
+    has_context = valid.any(1)
+    context = np.where(valid, tokens[positions], 0)[has_context]
+    return context, valid[has_context], tokens[has_context]
 
 
 class Word2VecExamples(IterableDataset):
     """A fresh subsample, windows and shuffle every epoch (seeded by epoch), in ready-made batches.
-    fixed=True replays the same examples every time (validation)."""
+    fixed=True replays the same examples every time (validation).
 
-    def __init__(self, sentences: list[np.ndarray], keep: np.ndarray, window: int, architecture: str,
-                 batch_size: int, seed: int, fixed: bool = False):
-        self.sentences, self.keep, self.window, self.architecture = sentences, keep, window, architecture
+    Within a batch the examples are ordered by how far their window reaches, so that each of
+    the task's SGD updates holds windows of about one width and the model can skip the
+    padding columns none of them uses (about half of the 2*window columns, on average).
+    """
+
+    def __init__(self, sentences: list[np.ndarray], keep: np.ndarray, window: int, batch_size: int, seed: int,
+                 fixed: bool = False):
+        self.sentences, self.keep, self.window = sentences, keep, window
         self.batch_size, self.seed, self.fixed, self.epoch = batch_size, seed, fixed, 0
+        self._drawn: dict[int, tuple] = {}  # epoch -> examples drawn ahead (by __len__)
+        self._length: int | None = None
+
+    def _examples(self, epoch: int) -> tuple[np.ndarray, ...]:
+        if epoch not in self._drawn:
+            self._drawn = {epoch: training_windows(self.sentences, self.keep, self.window,
+                                                   np.random.default_rng([self.seed, epoch]))}
+        return self._drawn[epoch]
 
     def __len__(self) -> int:
         """Batches in the first epoch: later epochs differ a little (subsampling and windows are
         redrawn), close enough for progress bars and the learning-rate schedule."""
-        if not hasattr(self, "_length"):
-            rng = np.random.default_rng([self.seed, 0])
-            examples = len(training_pairs(self.sentences, self.keep, self.window, self.architecture, rng)[0])
-            self._length = -(-examples // self.batch_size)
+        if self._length is None:
+            self._length = -(-len(self._examples(0)[2]) // self.batch_size)
         return self._length
 
     def __iter__(self):
-        rng = np.random.default_rng([self.seed, self.epoch])
+        epoch = self.epoch
         if not self.fixed:
             self.epoch += 1
-        arrays = training_pairs(self.sentences, self.keep, self.window, self.architecture, rng)
-        order = np.arange(len(arrays[0])) if self.fixed else rng.permutation(len(arrays[0]))
+        context, mask, centres = self._examples(epoch)
+        if self.fixed:
+            order = np.arange(len(centres))
+        else:
+            self._drawn.pop(epoch)  # an epoch's examples are used once
+            order = np.random.default_rng([self.seed, epoch, 1]).permutation(len(centres))
+        distance = np.abs(np.r_[-self.window:0, 1:self.window + 1])
+        reach = (mask * distance).max(1)
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            batch = [torch.from_numpy(np.ascontiguousarray(a[idx])) for a in arrays]
-            if self.architecture == "cbow":
-                context, mask, centres, words = batch
-                yield {"inputs": context, "input_mask": mask, "targets": centres, "words": words.sum().item()}
-            else:
-                centres, contexts, words = batch
-                yield {"inputs": centres, "targets": contexts, "words": words.sum().item()}
+            idx = idx[np.argsort(reach[idx], kind="stable")]
+            yield {"context": torch.from_numpy(context[idx]), "context_mask": torch.from_numpy(mask[idx]),
+                   "centres": torch.from_numpy(centres[idx])}
 
 
 class Word2VecDataModule(L.LightningDataModule):
     def __init__(self, prepared_dir: str, min_count: int = 5, sample: float = 1e-3, window: int = 5,
-                 architecture: str = "skipgram", batch_size: int = 4096, seed: int = 0,
+                 batch_size: int = 32768, seed: int = 0,
                  max_documents: int | None = None):
         super().__init__()
         self.prepared_dir, self.min_count, self.sample, self.window = Path(prepared_dir), min_count, sample, window
-        self.architecture, self.batch_size, self.seed, self.max_documents = architecture, batch_size, seed, max_documents
+        self.batch_size, self.seed, self.max_documents = batch_size, seed, max_documents
         self.train_sentences = self._sentences("train")
         self.words, self.counts = build_vocabulary(self.train_sentences, min_count)
 
@@ -126,14 +133,14 @@ class Word2VecDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         examples = Word2VecExamples(encode_sentences(self.train_sentences, self.words),
-                                    keep_probabilities(self.counts, self.sample), self.window, self.architecture,
-                                    self.batch_size, self.seed)
+                                    keep_probabilities(self.counts, self.sample), self.window, self.batch_size,
+                                    self.seed)
         return DataLoader(examples, batch_size=None)
 
     def val_dataloader(self) -> DataLoader:
         # Held-out documents, subsampled like training (hierarchical softmax learns the subsampled
         # word distribution), with the same draw every epoch so that epochs compare.
         examples = Word2VecExamples(encode_sentences(self._sentences("validation"), self.words),
-                                    keep_probabilities(self.counts, self.sample), self.window, self.architecture,
-                                    8 * self.batch_size, self.seed + 1, fixed=True)
+                                    keep_probabilities(self.counts, self.sample), self.window, self.batch_size,
+                                    self.seed + 1, fixed=True)
         return DataLoader(examples, batch_size=None)

@@ -1,5 +1,9 @@
 """word2vec training: plain SGD on sparse rows with the linearly decaying learning rate of
-the original implementation, and words/second as gensim counts them."""
+the original implementation, and words/second as gensim counts them.
+
+Manual optimisation: the model applies word2vec's closed-form SGD step in place
+(Word2Vec.sgd_update), several times per training step, at a learning rate that decays with
+every update as in word2vec."""
 
 from __future__ import annotations
 
@@ -14,37 +18,52 @@ from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig
 
 class Word2VecTask(L.LightningModule):
     def __init__(self, model_config: dict, words: list[str], counts: list[int], lr: float = 0.025,
-                 min_lr: float = 1e-4):
+                 min_lr: float = 1e-4, update_size: int = 512):
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.model = Word2Vec(Word2VecConfig(**model_config), torch.tensor(counts))
-        self._epoch_start, self._epoch_words = 0.0, 0.0
+        self.automatic_optimization = False
+        self._epoch_start, self._epoch_words = 0.0, 0
 
     def forward(self, batch: dict) -> torch.Tensor:
-        return self.model(batch["inputs"], batch["targets"], batch.get("input_mask"))
+        return self.model(batch["context"], batch["context_mask"], batch["centres"])
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        losses = self(batch)
-        self._epoch_words += batch["words"]
+    def learning_rate(self, progress: float) -> float:
+        """word2vec's schedule: linear from lr at the start to min_lr at the end of training."""
+        return max(self.hparams.min_lr, self.hparams.lr * (1 - progress))
+
+    def training_step(self, batch: dict, batch_idx: int) -> None:
+        # One SGD update per update_size centre words: few enough that frequent words see fresh
+        # vectors often and the rows stay in cache, while the training loop's own per-step cost
+        # (about a millisecond with logging, more than an update) is paid once per batch. Each
+        # update follows the gradient of the summed loss: every example moves its rows by a full
+        # step, as in word2vec.
+        fields = [batch[k] for k in ("context", "context_mask", "centres")]
+        chunks = list(zip(*(f.split(self.hparams.update_size) for f in fields)))
+        total_steps = max(1, self.trainer.estimated_stepping_batches)
+        losses = []
+        for i, chunk in enumerate(chunks):
+            lr = self.learning_rate((self.global_step + i / len(chunks)) / total_steps)
+            losses.append(self.model.sgd_update(*chunk, lr=lr))
+        losses = torch.cat(losses)
+        # The rows moved in place above, so SGD has no gradient to apply; its step is how
+        # Lightning counts training steps (global_step, checkpoints, max_steps, resuming).
+        self.optimizers().step()
+
+        self._epoch_words += len(losses)  # one example per effective word (see training_windows)
         # Effective words (after min_count and subsampling) per second so far this epoch, as gensim counts them.
         elapsed = time.perf_counter() - self._epoch_start
-        self.log("train/words_per_s", self._epoch_words / elapsed, on_step=True, on_epoch=False)
+        self.log_dict({"train/words_per_s": self._epoch_words / elapsed, "train/lr": lr})
         self.log("train/loss", losses.mean(), on_step=True, on_epoch=True, prog_bar=True, batch_size=len(losses))
-        # Summed, not averaged: each example moves its rows by a full learning-rate step, as in word2vec.
-        return losses.sum()
 
     def on_train_epoch_start(self) -> None:
-        self._epoch_start, self._epoch_words = time.perf_counter(), 0.0
+        self._epoch_start, self._epoch_words = time.perf_counter(), 0
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.log("val/loss", self(batch).mean(), batch_size=len(batch["targets"]), sync_dist=True)
+        self.log("val/loss", self(batch).mean(), batch_size=len(batch["centres"]), sync_dist=True)
 
     def configure_optimizers(self):
-        optimizer = torch.optim.SGD(self.model.parameters(), lr=self.hparams.lr)
-        total = max(1, self.trainer.estimated_stepping_batches)
-        final = self.hparams.min_lr / self.hparams.lr
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: max(final, 1 - step / total))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return torch.optim.SGD(self.model.parameters(), lr=self.hparams.lr)
 
     def vectors(self) -> tuple[list[str], np.ndarray]:
         return self.hparams.words, self.model.input_vectors.weight.detach().cpu().numpy()
