@@ -43,12 +43,14 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
         set_param(conf / "data" / "atis.yaml", key, old, new)
     set_param(conf / "trainer" / "default.yaml", "max_epochs", "15", "1")
     set_param(conf / "experiment" / "word2vec.yaml", "max_epochs", "5", "1")
+    set_param(conf / "experiment" / "bert_pretrain.yaml", "max_epochs", "4", "1")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
         subprocess.run(["git", *cmd], cwd=project, check=True, capture_output=True)
 
     first = dvc(project, "repro")
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
-                                                       "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec"])
+                                                       "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
+                                                       "pretrain_bert"])
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",

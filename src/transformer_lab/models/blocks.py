@@ -39,13 +39,14 @@ class TransformerBlock(nn.Module):
         dropout: float = 0.1,
         activation: str = "relu",
         norm_first: bool = False,
+        layer_norm_eps: float = 1e-5,
     ):
         super().__init__()
         self.norm_first = norm_first
         self.attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout)
-        self.ln1 = nn.LayerNorm(d_model)
+        self.ln1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.mlp = FeedForward(d_model, d_ff, activation, dropout)
-        self.ln2 = nn.LayerNorm(d_model)
+        self.ln2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
 
     def forward(

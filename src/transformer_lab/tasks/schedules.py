@@ -19,6 +19,17 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ste
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def warmup_linear(optimizer: torch.optim.Optimizer, total_steps: int, warmup_steps: int):
+    """BERT's schedule: linear warm-up from 0 to the base rate, then linear decay to 0."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 def decay_groups(module: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on matrices only; biases, LayerNorm gains and embeddings' padding rows are left alone
     (as in nanoGPT and BERT)."""

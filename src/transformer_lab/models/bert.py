@@ -1,0 +1,325 @@
+"""BERT (Devlin et al., 2019): the shared post-norm TransformerBlock with GELU, plus BERT's
+own embeddings and heads.
+
+    token + segment (A/B) + learned position embeddings ─► LayerNorm, dropout
+      ─► L post-norm blocks (H wide, A heads, feed-forward 4H, GELU)   = hidden states
+    hidden[:, 0] ([CLS]) ─► dense + tanh                               = pooled
+    pre-training heads: masked-LM (dense, GELU, LayerNorm, decoder tied to the token
+    embedding + own bias) on hidden states; next-sentence (2-way) on pooled
+    fine-tuning heads: sequence / pair classification on pooled, token labelling (+ intent)
+    on hidden states, extractive QA (start/end logits) on hidden states
+
+Parameter names convert one-to-one to Hugging Face `transformers` BERT checkpoints
+(`from_hf_state_dict` / `to_hf_state_dict`), so published weights load and the tests can
+compare outputs with the reference implementation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from transformer_lab.models.blocks import TransformerBlock
+
+# name: (layers L, hidden H, heads A). tiny/mini/small: the compact BERTs of Turc et al. (2019).
+SIZES = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522
+    size: str = "tiny"  # fills n_layers, d_model, n_heads left at None
+    n_layers: int | None = None
+    d_model: int | None = None
+    n_heads: int | None = None
+    d_ff: int | None = None  # None = 4 * d_model
+    max_len: int = 512
+    type_vocab_size: int = 2
+    dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    pad_id: int = 0
+
+    def __post_init__(self):
+        if self.size not in SIZES:
+            raise ValueError(f"size={self.size!r}; expected one of {', '.join(SIZES)}")
+        layers, hidden, heads = SIZES[self.size]
+        self.n_layers = layers if self.n_layers is None else self.n_layers
+        self.d_model = hidden if self.d_model is None else self.d_model
+        self.n_heads = heads if self.n_heads is None else self.n_heads
+        self.d_ff = 4 * self.d_model if self.d_ff is None else self.d_ff
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.token = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
+        self.segment = nn.Embedding(config.type_vocab_size, config.d_model)
+        self.position = nn.Embedding(config.max_len, config.d_model)
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+        length = input_ids.shape[1]
+        if length > self.position.num_embeddings:
+            raise ValueError(f"sequence of {length} tokens exceeds max_len={self.position.num_embeddings}")
+        if segment_ids is None:
+            segment_ids = torch.zeros_like(input_ids)
+        positions = torch.arange(length, device=input_ids.device)
+        x = self.token(input_ids) + self.segment(segment_ids) + self.position(positions)
+        return self.dropout(self.norm(x))
+
+
+class BertModel(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(config.d_model, config.n_heads, config.d_ff, config.dropout, "gelu",
+                             norm_first=False, layer_norm_eps=config.layer_norm_eps)
+            for _ in range(config.n_layers)
+        )
+        self.pooler = nn.Linear(config.d_model, config.d_model)
+        self.apply(_init_weights)
+
+    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """input_ids, segment_ids, attention_mask: (batch, length); mask True/1 = real token.
+
+        Returns hidden states (batch, length, d_model) and the pooled [CLS] state (batch, d_model).
+        """
+        x = self.embeddings(input_ids, segment_ids)
+        for block in self.blocks:
+            x, _ = block(x, attention_mask)
+        return x, torch.tanh(self.pooler(x[:, 0]))
+
+
+def _init_weights(module: nn.Module) -> None:
+    """BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorm."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+class MaskedLMHead(nn.Module):
+    """dense + GELU + LayerNorm, then a decoder that shares the token embedding matrix (one
+    parameter, not a copy) and has its own output bias."""
+
+    def __init__(self, config: BertConfig, token_embedding: nn.Embedding):
+        super().__init__()
+        self.transform = nn.Linear(config.d_model, config.d_model)
+        self.act = nn.GELU()
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.decoder.weight = token_embedding.weight  # tied
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(self.act(self.transform(hidden)))) + self.bias
+
+
+class BertForPreTraining(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.mlm = MaskedLMHead(config, self.bert.embeddings.token)
+        self.nsp = nn.Linear(config.d_model, 2)
+        for module in (self.mlm.transform, self.mlm.norm, self.nsp):
+            _init_weights(module)
+
+    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                mlm_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Returns hidden states, MLM logits and NSP logits (batch, 2).
+
+        MLM logits are (batch, length, vocab), or only at mlm_positions (a boolean
+        (batch, length) mask) as (n_positions, vocab): the loss needs the ~15% masked
+        positions, and the vocabulary projection is the largest matmul in a small BERT.
+        """
+        hidden, pooled = self.bert(input_ids, segment_ids, attention_mask)
+        mlm_input = hidden if mlm_positions is None else hidden[mlm_positions]
+        return hidden, self.mlm(mlm_input), self.nsp(pooled)
+
+    @classmethod
+    def from_pretrained(cls, name: str) -> BertForPreTraining:
+        """Published weights (e.g. "bert-base-uncased", or a local `transformers` folder) through
+        `transformers`, converted by the name table below. Offline, one clear error."""
+        from transformers import BertForPreTraining as HFBertForPreTraining
+
+        from transformer_lab.errors import TransformerLabError
+
+        try:
+            reference = HFBertForPreTraining.from_pretrained(name)
+        except Exception as err:  # the hub client raises many types when offline
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise TransformerLabError(f"could not load BERT weights {name!r} ({reason}); offline? "
+                                      "pretrain with `dvc repro pretrain_bert` or pass a local checkpoint") from None
+        model = cls(config_from_hf(reference.config))
+        model.load_state_dict(from_hf_state_dict(reference.state_dict()))
+        return model
+
+
+# ---------------------------------------------------------------------------------------
+# Fine-tuning heads (the four uses in the BERT paper)
+
+@dataclass
+class BertClassifierConfig(BertConfig):
+    n_classes: int = 2
+
+
+class BertForSequenceClassification(nn.Module):
+    """One sentence ([CLS] A [SEP]) or a pair ([CLS] A [SEP] B [SEP]) -> class, from the pooled [CLS]."""
+
+    def __init__(self, config: BertClassifierConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.d_model, config.n_classes)
+        _init_weights(self.classifier)
+
+    def forward(self, input_ids, segment_ids=None, attention_mask=None) -> torch.Tensor:
+        _, pooled = self.bert(input_ids, segment_ids, attention_mask)
+        return self.classifier(self.dropout(pooled))
+
+
+@dataclass
+class BertJointConfig(BertConfig):
+    n_intents: int = 2
+    n_slots: int = 2
+
+
+class BertForJointIntentSlot(nn.Module):
+    """JointBERT (Chen et al., 2019): intent from the pooled [CLS], a slot tag from every
+    token's hidden state (the task scores each word's first sub-token)."""
+
+    def __init__(self, config: BertJointConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.intent_head = nn.Linear(config.d_model, config.n_intents)
+        self.slot_head = nn.Linear(config.d_model, config.n_slots)
+        for module in (self.intent_head, self.slot_head):
+            _init_weights(module)
+
+    def forward(self, input_ids, segment_ids=None, attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns intent logits (batch, n_intents) and slot logits (batch, length, n_slots)."""
+        hidden, pooled = self.bert(input_ids, segment_ids, attention_mask)
+        return self.intent_head(self.dropout(pooled)), self.slot_head(self.dropout(hidden))
+
+
+class BertForQuestionAnswering(nn.Module):
+    """[CLS] question [SEP] passage [SEP] -> start and end logits per token (the answer span)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.span = nn.Linear(config.d_model, 2)
+        _init_weights(self.span)
+
+    def forward(self, input_ids, segment_ids=None, attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden, _ = self.bert(input_ids, segment_ids, attention_mask)
+        start, end = self.span(hidden).unbind(-1)
+        return start, end
+
+
+# ---------------------------------------------------------------------------------------
+# Hugging Face `transformers` interop: a name table, not special cases.
+
+_HF_NAMES = [  # (ours, theirs) as prefixes; {i} is the layer
+    ("bert.embeddings.token.", "bert.embeddings.word_embeddings."),
+    ("bert.embeddings.segment.", "bert.embeddings.token_type_embeddings."),
+    ("bert.embeddings.position.", "bert.embeddings.position_embeddings."),
+    ("bert.embeddings.norm.", "bert.embeddings.LayerNorm."),
+    ("bert.blocks.{i}.attn.q.", "bert.encoder.layer.{i}.attention.self.query."),
+    ("bert.blocks.{i}.attn.k.", "bert.encoder.layer.{i}.attention.self.key."),
+    ("bert.blocks.{i}.attn.v.", "bert.encoder.layer.{i}.attention.self.value."),
+    ("bert.blocks.{i}.attn.out.", "bert.encoder.layer.{i}.attention.output.dense."),
+    ("bert.blocks.{i}.ln1.", "bert.encoder.layer.{i}.attention.output.LayerNorm."),
+    ("bert.blocks.{i}.mlp.fc_in.", "bert.encoder.layer.{i}.intermediate.dense."),
+    ("bert.blocks.{i}.mlp.fc_out.", "bert.encoder.layer.{i}.output.dense."),
+    ("bert.blocks.{i}.ln2.", "bert.encoder.layer.{i}.output.LayerNorm."),
+    ("bert.pooler.", "bert.pooler.dense."),
+    ("mlm.transform.", "cls.predictions.transform.dense."),
+    ("mlm.norm.", "cls.predictions.transform.LayerNorm."),
+    ("mlm.bias", "cls.predictions.bias"),
+    ("nsp.", "cls.seq_relationship."),
+]
+_TIED = "mlm.decoder.weight"  # = bert.embeddings.token.weight
+
+
+def _rename(name: str, table: list[tuple[str, str]]) -> str | None:
+    for source, target in table:
+        pattern = "^" + re.escape(source).replace(r"\{i\}", r"(\d+)")
+        match = re.match(pattern, name)
+        if match:
+            filled = target.replace("{i}", match.group(1)) if match.groups() else target
+            return filled + name[match.end():]
+    return None
+
+
+def from_hf_state_dict(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A `transformers` BertForPreTraining (or BertModel, keys without "bert.") state dict ->
+    this module's names. Heads the checkpoint lacks are simply absent from the result."""
+    if not any(k.startswith("bert.") for k in hf_state):
+        hf_state = {f"bert.{k}": v for k, v in hf_state.items()}
+    reverse = [(theirs, ours) for ours, theirs in _HF_NAMES]
+    state = {}
+    for name, tensor in hf_state.items():
+        ours = _rename(name, reverse)
+        if ours is not None:
+            state[ours] = tensor
+    if "bert.embeddings.token.weight" in state and "mlm.bias" in state:
+        state[_TIED] = state["bert.embeddings.token.weight"]
+    return state
+
+
+def to_hf_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """This module's state dict -> `transformers` BertForPreTraining names (decoder tied)."""
+    hf = {}
+    for name, tensor in state.items():
+        if name == _TIED:
+            continue
+        theirs = _rename(name, _HF_NAMES)
+        if theirs is None:
+            raise KeyError(f"{name}: no Hugging Face BERT name for this parameter")
+        hf[theirs] = tensor
+    if "cls.predictions.bias" in hf:
+        hf["cls.predictions.decoder.weight"] = hf["bert.embeddings.word_embeddings.weight"]
+        hf["cls.predictions.decoder.bias"] = hf["cls.predictions.bias"]
+    return hf
+
+
+def config_from_hf(hf_config) -> BertConfig:
+    """A `transformers.BertConfig` -> BertConfig (same sizes, eps and vocabulary)."""
+    if getattr(hf_config, "hidden_act", "gelu") != "gelu":
+        raise ValueError(f"hidden_act={hf_config.hidden_act!r}: only BERT's exact GELU is implemented")
+    return BertConfig(vocab_size=hf_config.vocab_size, n_layers=hf_config.num_hidden_layers,
+                      d_model=hf_config.hidden_size, n_heads=hf_config.num_attention_heads,
+                      d_ff=hf_config.intermediate_size, max_len=hf_config.max_position_embeddings,
+                      type_vocab_size=hf_config.type_vocab_size, dropout=hf_config.hidden_dropout_prob,
+                      layer_norm_eps=hf_config.layer_norm_eps, pad_id=hf_config.pad_token_id or 0)

@@ -1,0 +1,101 @@
+"""BERT pre-training: masked-LM + next-sentence losses, their accuracies, tokens/second;
+and `load_pretrained_bert`, which every fine-tuning task uses to start from these weights."""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics.classification import MulticlassAccuracy
+
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
+from transformer_lab.tasks.schedules import decay_groups, warmup_linear
+
+HUB_PREFIX = "hf:"
+
+
+def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
+    """Copy pre-trained encoder weights into `bert` (embeddings, blocks, pooler).
+
+    source: None (keep the random initialisation), a `pretrain_bert` checkpoint (.ckpt), or
+    "hf:NAME" for published `transformers` weights (e.g. hf:bert-base-uncased, which needs
+    its own tokenizer). The encoder's sizes and vocabulary must match the checkpoint's.
+    """
+    if not source:
+        return
+    if source.startswith(HUB_PREFIX):
+        state = BertForPreTraining.from_pretrained(source[len(HUB_PREFIX):]).bert.state_dict()
+    else:
+        try:
+            checkpoint = torch.load(source, map_location="cpu", weights_only=False)
+        except FileNotFoundError:
+            raise TransformerLabError(f"{source}: pre-trained checkpoint not found; run `dvc repro pretrain_bert` "
+                                      "or set task.pretrained=null (random start) or hf:bert-base-uncased") from None
+        prefix = "model.bert."
+        state = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
+    ours = bert.state_dict()
+    mismatched = [f"{k} {tuple(v.shape)} vs {tuple(ours[k].shape)}" for k, v in state.items()
+                  if k in ours and v.shape != ours[k].shape]
+    if mismatched or set(state) != set(ours):
+        detail = mismatched[0] if mismatched else f"missing {sorted(set(ours) - set(state))[:3]}"
+        raise TransformerLabError(f"{source}: does not fit this encoder ({detail}); use the model size and "
+                                  "tokenizer it was pre-trained with")
+    bert.load_state_dict(state)
+
+
+class BertPretrainingTask(L.LightningModule):
+    def __init__(self, model_config: dict, lr: float = 1e-3, weight_decay: float = 0.01,
+                 betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1):
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.model = BertForPreTraining(BertConfig(**model_config))
+        vocab = self.model.config.vocab_size
+        self.metrics = torch.nn.ModuleDict({
+            f"{stage}_{name}": metric for stage in ("train", "val")
+            for name, metric in (("mlm_acc", MulticlassAccuracy(vocab, average="micro")),
+                                 ("nsp_acc", MulticlassAccuracy(2, average="micro")))})
+        self._epoch_start, self._epoch_tokens = 0.0, 0
+
+    def forward(self, batch: dict) -> dict[str, torch.Tensor]:
+        chosen = batch["mlm_labels"] != -100
+        _, mlm_logits, nsp_logits = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"],
+                                               mlm_positions=chosen)
+        targets = batch["mlm_labels"][chosen]
+        return {"mlm_loss": F.cross_entropy(mlm_logits, targets), "nsp_loss": F.cross_entropy(nsp_logits, batch["is_next"]),
+                "mlm_pred": mlm_logits.argmax(-1), "mlm_target": targets, "nsp_pred": nsp_logits.argmax(-1)}
+
+    def _step(self, batch: dict, stage: str) -> torch.Tensor:
+        out = self(batch)
+        loss = out["mlm_loss"] + out["nsp_loss"]
+        size = len(batch["input_ids"])
+        self.metrics[f"{stage}_mlm_acc"].update(out["mlm_pred"], out["mlm_target"])
+        self.metrics[f"{stage}_nsp_acc"].update(out["nsp_pred"], batch["is_next"])
+        self.log_dict({f"{stage}/loss": loss, f"{stage}/mlm_loss": out["mlm_loss"], f"{stage}/nsp_loss": out["nsp_loss"]},
+                      on_step=stage == "train", on_epoch=True, prog_bar=stage == "val", batch_size=size, sync_dist=True)
+        self.log_dict({f"{stage}/mlm_acc": self.metrics[f"{stage}_mlm_acc"],
+                       f"{stage}/nsp_acc": self.metrics[f"{stage}_nsp_acc"]}, on_step=False, on_epoch=True,
+                      batch_size=size)
+        return loss
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = self._step(batch, "train")
+        self._epoch_tokens += int(batch["attention_mask"].sum())
+        self.log_dict({"train/tokens_per_s": self._epoch_tokens / (time.perf_counter() - self._epoch_start),
+                       "train/lr": self.optimizers().param_groups[0]["lr"]}, on_step=True, on_epoch=False)
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_start, self._epoch_tokens = time.perf_counter(), 0
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(decay_groups(self.model, self.hparams.weight_decay), lr=self.hparams.lr,
+                                      betas=tuple(self.hparams.betas))
+        total = self.trainer.estimated_stepping_batches
+        scheduler = warmup_linear(optimizer, total, int(self.hparams.warmup_ratio * total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

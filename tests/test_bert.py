@@ -1,0 +1,206 @@
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from transformer_lab.data.bert import (
+    IGNORE_INDEX,
+    BertPretrainingDataModule,
+    encode_pair,
+    mask_tokens,
+    next_sentence_pairs,
+    truncate,
+    truncate_pair,
+)
+from transformer_lab.data.corpus import prepare
+from transformer_lab.data.tokenizers import prepare_tokenizers
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.models.bert import (
+    SIZES,
+    BertConfig,
+    BertForPreTraining,
+    config_from_hf,
+    from_hf_state_dict,
+    to_hf_state_dict,
+)
+from transformer_lab.tasks.bert_pretraining import BertPretrainingTask, load_pretrained_bert
+
+SPECIALS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
+
+
+@pytest.fixture(scope="module")
+def corpus_and_tokenizer(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bert")
+    prepare("builtin", str(root / "corpus"))
+    prepare_tokenizers(str(root / "corpus"), str(root / "tokenizers"),
+                       {"wordpiece": {"kind": "wordpiece", "vocab_size": 2000, "lowercase": True}})
+    return root / "corpus", root / "tokenizers" / "wordpiece" / "tokenizer.json"
+
+
+# ------------------------------------------------------------------ model and Hugging Face parity
+def hf_pair(seed: int = 0):
+    from transformers import BertConfig as HFBertConfig
+    from transformers import BertForPreTraining as HFBertForPreTraining
+
+    torch.manual_seed(seed)
+    hf_config = HFBertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=64, max_position_embeddings=40)
+    reference = HFBertForPreTraining(hf_config).eval()
+    ours = BertForPreTraining(config_from_hf(hf_config)).eval()
+    ours.load_state_dict(from_hf_state_dict(reference.state_dict()), strict=True)
+    return reference, ours
+
+
+def test_converted_transformers_bert_gives_the_same_outputs():
+    reference, ours = hf_pair()
+    ids = torch.randint(5, 120, (3, 21))
+    segments = (torch.arange(21) >= 11).long().expand(3, -1)
+    mask = torch.ones(3, 21, dtype=torch.long)
+    mask[1, 15:] = 0  # a padded row
+    with torch.no_grad():
+        theirs = reference(input_ids=ids, token_type_ids=segments, attention_mask=mask, output_hidden_states=True)
+        hidden, mlm_logits, nsp_logits = ours(ids, segments, mask.bool())
+    torch.testing.assert_close(hidden, theirs.hidden_states[-1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(mlm_logits, theirs.prediction_logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(nsp_logits, theirs.seq_relationship_logits, atol=1e-5, rtol=0)
+    # MLM logits at chosen positions only are the same numbers
+    chosen = torch.rand(3, 21) < 0.3
+    with torch.no_grad():
+        _, at_positions, _ = ours(ids, segments, mask.bool(), mlm_positions=chosen)
+    torch.testing.assert_close(at_positions, theirs.prediction_logits[chosen], atol=1e-5, rtol=0)
+
+
+def test_conversion_back_to_transformers_names_round_trips():
+    reference, ours = hf_pair(seed=1)
+    back = to_hf_state_dict(ours.state_dict())
+    expected = reference.state_dict()
+    assert set(back) == set(expected)
+    for name, tensor in expected.items():
+        torch.testing.assert_close(back[name], tensor, atol=0, rtol=0, msg=name)
+
+
+def test_mlm_decoder_is_tied_to_the_token_embedding():
+    model = BertForPreTraining(BertConfig(vocab_size=50, size="tiny"))
+    assert model.mlm.decoder.weight is model.bert.embeddings.token.weight
+    with torch.no_grad():
+        model.bert.embeddings.token.weight[7, 0] = 123.0
+    assert model.mlm.decoder.weight[7, 0].item() == 123.0
+    assert sum(p.numel() for p in model.parameters()) < sum(t.numel() for t in model.state_dict().values())
+
+
+def test_named_sizes_and_overrides():
+    base = BertConfig(size="base")
+    assert (base.n_layers, base.d_model, base.n_heads, base.d_ff) == (12, 768, 12, 3072)
+    assert (BertConfig(size="large").n_layers, BertConfig(size="large").d_model) == (24, 1024)
+    assert set(SIZES) == {"tiny", "mini", "small", "base", "large"}
+    assert BertConfig(size="tiny", n_layers=3).n_layers == 3
+    with pytest.raises(ValueError, match="size='huge'"):
+        BertConfig(size="huge")
+
+
+def test_published_weights_offline_are_a_clear_error(offline_hub):
+    with pytest.raises(TransformerLabError, match="could not load BERT weights 'bert-base-uncased'.*offline"):
+        BertForPreTraining.from_pretrained("bert-base-uncased")
+
+
+# ------------------------------------------------------------------ inputs
+def test_segment_ids_mark_a_and_b():
+    ids, segments = encode_pair([10, 11, 12], [20, 21], SPECIALS)
+    assert ids == [2, 10, 11, 12, 3, 20, 21, 3]
+    assert segments == [0, 0, 0, 0, 0, 1, 1, 1]
+    ids, segments = encode_pair([10], None, SPECIALS)
+    assert ids == [2, 10, 3] and segments == [0, 0, 0]
+
+
+@pytest.mark.parametrize("strategy, expected", [
+    ("head", list(range(510))),
+    ("tail", list(range(190, 700))),
+    ("head_tail", list(range(128)) + list(range(700 - 382, 700))),
+])
+def test_truncation_strategies_keep_510_tokens(strategy, expected):
+    kept = truncate(list(range(700)), 510, strategy)
+    assert len(kept) == 510 and kept == expected
+    assert truncate(list(range(100)), 510, strategy) == list(range(100))  # short inputs untouched
+
+
+def test_pair_truncation_trims_the_longer_segment():
+    a, b = truncate_pair(list(range(10)), list(range(100, 104)), 8)
+    assert (len(a), len(b)) == (4, 4) and a == [0, 1, 2, 3] and b == [100, 101, 102, 103]
+
+
+def test_masking_statistics_follow_15_80_10_10_and_spare_specials():
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 1000, (400, 128), generator=generator)
+    ids[:, 0], ids[:, 64], ids[:, 100:] = SPECIALS["cls"], SPECIALS["sep"], SPECIALS["pad"]
+    maskable = (ids != SPECIALS["cls"]) & (ids != SPECIALS["sep"]) & (ids != SPECIALS["pad"])
+    corrupted, labels = mask_tokens(ids, maskable, SPECIALS["mask"], 1000, 5, generator=generator)
+    chosen = labels != IGNORE_INDEX
+    assert not chosen[~maskable].any()  # specials and padding are never chosen
+    assert torch.equal(corrupted[~maskable], ids[~maskable])
+    assert torch.equal(labels[chosen], ids[chosen])  # labels are the original tokens
+    assert chosen.sum() / maskable.sum() == pytest.approx(0.15, abs=0.005)
+    n = chosen.sum().item()
+    to_mask = (corrupted == SPECIALS["mask"]) & chosen
+    kept = (corrupted == ids) & chosen
+    assert to_mask.sum().item() / n == pytest.approx(0.8, abs=0.01)
+    # the random 10% may draw the original token (1 in 995); count it with "unchanged"
+    assert kept.sum().item() / n == pytest.approx(0.1 + 0.1 / 995, abs=0.01)
+    randomised = chosen & ~to_mask & ~kept
+    assert randomised.sum().item() / n == pytest.approx(0.1, abs=0.01)
+    assert corrupted[randomised].min() >= 5  # random tokens are never specials
+    assert torch.equal(corrupted[~chosen], ids[~chosen])
+
+
+def test_next_sentence_pairs_are_balanced_and_notnext_crosses_documents():
+    # Each sentence is [document, position] so that a pair says where its halves came from.
+    documents = [[[d, s] for s in range(12)] for d in range(40)]
+    pairs = next_sentence_pairs(documents, 64, np.random.default_rng(0))
+    assert len(pairs) == 40 * 11  # every sentence with a successor
+    is_next = np.array([p[2] for p in pairs])
+    assert is_next.mean() == pytest.approx(0.5, abs=0.05)
+    for a, b, label in pairs:
+        if label == 1:
+            assert b == [a[0], a[1] + 1]  # the true next sentence
+        else:
+            assert b[0] != a[0]  # from another document
+
+
+def test_pretraining_batches(corpus_and_tokenizer):
+    corpus, tokenizer = corpus_and_tokenizer
+    dm = BertPretrainingDataModule(str(corpus), str(tokenizer), max_len=48, batch_size=8)
+    dm.setup()
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input_ids"].shape[1] <= 48
+    assert (batch["input_ids"][:, 0] == dm.specials["cls"]).all()
+    for row, segments, real in zip(batch["input_ids"], batch["segment_ids"], batch["attention_mask"]):
+        sep = torch.nonzero(row == dm.specials["sep"]).flatten()
+        assert len(sep) == 2 and real.sum() == sep[1] + 1
+        assert (segments[: sep[0] + 1] == 0).all() and (segments[sep[0] + 1 : sep[1] + 1] == 1).all()
+    # validation masks are the same every time, so epochs compare
+    first, second = next(iter(dm.val_dataloader())), next(iter(dm.val_dataloader()))
+    assert torch.equal(first["input_ids"], second["input_ids"]) and torch.equal(first["mlm_labels"], second["mlm_labels"])
+
+
+def test_tiny_pretraining_learns_and_its_encoder_loads_for_fine_tuning(corpus_and_tokenizer, tmp_path):
+    corpus, tokenizer = corpus_and_tokenizer
+    L.seed_everything(0)
+    dm = BertPretrainingDataModule(str(corpus), str(tokenizer), max_len=48, batch_size=32, max_documents=120)
+    config = BertConfig(size="tiny", n_layers=1, d_model=64, n_heads=2, **dm.model_kwargs())
+    task = BertPretrainingTask(config.to_dict(), lr=2e-3)
+    trainer = L.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, num_sanity_val_steps=0)
+    trainer.fit(task, dm)
+    history = trainer.callback_metrics
+    assert history["val/mlm_loss"] < np.log(config.vocab_size) - 1.0  # well below a uniform guess
+    checkpoint = tmp_path / "pretrained.ckpt"
+    trainer.save_checkpoint(checkpoint)
+
+    fresh = BertForPreTraining(config).bert
+    load_pretrained_bert(fresh, str(checkpoint))
+    for name, tensor in task.model.bert.state_dict().items():
+        assert torch.equal(fresh.state_dict()[name], tensor), name
+    wrong_size = BertForPreTraining(BertConfig(size="tiny", **dm.model_kwargs())).bert
+    with pytest.raises(TransformerLabError, match="does not fit this encoder"):
+        load_pretrained_bert(wrong_size, str(checkpoint))
+    with pytest.raises(TransformerLabError, match="checkpoint not found"):
+        load_pretrained_bert(fresh, str(tmp_path / "missing.ckpt"))
