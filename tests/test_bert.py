@@ -154,7 +154,7 @@ def test_masking_statistics_follow_15_80_10_10_and_spare_specials():
 def test_next_sentence_pairs_are_balanced_and_notnext_crosses_documents():
     # Each sentence is [document, position] so that a pair says where its halves came from.
     documents = [[[d, s] for s in range(12)] for d in range(40)]
-    pairs = next_sentence_pairs(documents, 64, np.random.default_rng(0))
+    pairs = next_sentence_pairs(documents, np.random.default_rng(0))
     assert len(pairs) == 40 * 11  # every sentence with a successor
     is_next = np.array([p[2] for p in pairs])
     assert is_next.mean() == pytest.approx(0.5, abs=0.05)

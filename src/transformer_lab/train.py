@@ -1,4 +1,4 @@
-"""Training: seed → data → model → task → callbacks, loggers, trainer → fit → validate best → record."""
+"""Training: seed → data → model → task → callbacks, loggers, trainer → fit → validate (and test) best → record."""
 
 from __future__ import annotations
 
@@ -65,6 +65,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     scores = trainer.validate(task, datamodule=datamodule, ckpt_path=best or None, verbose=False)[0]
+    if cfg.get("test"):  # fine-tuning runs score the best checkpoint on their test split too
+        scores.update(trainer.test(task, datamodule=datamodule, ckpt_path=best or None, verbose=False)[0])
     metrics = {name: float(value) for name, value in scores.items()}
     if trainer.is_global_zero:
         metrics_path = output_dir / "metrics.json"

@@ -102,26 +102,22 @@ def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, v
     return corrupted, labels
 
 
-def next_sentence_pairs(documents: list[list[list[int]]], max_tokens: int,
-                        rng: np.random.Generator) -> list[tuple[list[int], list[int], int]]:
+def next_sentence_pairs(documents: list[list], rng: np.random.Generator) -> list[tuple[object, object, int]]:
     """(A, B, is_next) for every sentence that has a successor in its document: B is that
     successor with probability 1/2 (is_next=1), else a random sentence of another document
-    (is_next=0). A and B are truncated together to max_tokens."""
+    (is_next=0). Sentences may be token-id lists or text."""
     if sum(len(d) > 0 for d in documents) < 2:
         raise DataError("next-sentence pairs need at least two non-empty documents")
     pairs = []
     for doc_index, sentences in enumerate(documents):
         for a, following in zip(sentences, sentences[1:]):
             if rng.random() < 0.5:
-                b, is_next = following, 1
-            else:
-                other = doc_index
-                while other == doc_index or not documents[other]:
-                    other = int(rng.integers(len(documents)))
-                b, is_next = documents[other][int(rng.integers(len(documents[other])))], 0
-            a_cut, b_cut = truncate_pair(a, b, max_tokens)
-            if a_cut and b_cut:
-                pairs.append((a_cut, b_cut, is_next))
+                pairs.append((a, following, 1))
+                continue
+            other = doc_index
+            while other == doc_index or not documents[other]:
+                other = int(rng.integers(len(documents)))
+            pairs.append((a, documents[other][int(rng.integers(len(documents[other])))], 0))
     return pairs
 
 
@@ -173,9 +169,12 @@ class BertPretrainingDataModule(L.LightningDataModule):
         tokenised = [[next(encoded) for _ in d] for d in documents]
         rng = np.random.default_rng([self.seed, 0 if split == "train" else 1])
         examples = []
-        for index, (a, b, is_next) in enumerate(next_sentence_pairs(tokenised, self.max_len - 3, rng)):
-            ids, segments = encode_pair(a, b, self.specials)
-            examples.append({"input_ids": ids, "segment_ids": segments, "is_next": is_next, "index": index})
+        for a, b, is_next in next_sentence_pairs(tokenised, rng):
+            a, b = truncate_pair(a, b, self.max_len - 3)
+            if a and b:
+                ids, segments = encode_pair(a, b, self.specials)
+                examples.append({"input_ids": ids, "segment_ids": segments, "is_next": is_next,
+                                 "index": len(examples)})
         return examples
 
     def setup(self, stage: str | None = None) -> None:

@@ -36,10 +36,14 @@ class JointIntentSlotTask(L.LightningModule):
         # Vocabulary and labels travel in the checkpoint so that predict needs nothing else;
         # they are not sent to the logger (the resolved Hydra config is logged instead).
         self.save_hyperparameters(logger=False)
-        self.model = JointIntentSlotModel(JointIntentSlotConfig(**model_config))
-        self.vocabulary = AtisVocabulary(vocab, intent_labels, slot_labels, lowercase)
+        self.model = self.build_model(model_config)
         self.o_index = slot_labels.index("O")
         self.metrics = nn.ModuleDict({stage: self._stage_metrics() for stage in ("val", "test")})
+
+    def build_model(self, model_config: dict) -> nn.Module:
+        h = self.hparams
+        self.vocabulary = AtisVocabulary(h.vocab, h.intent_labels, h.slot_labels, h.lowercase)
+        return JointIntentSlotModel(JointIntentSlotConfig(**model_config))
 
     @torch.no_grad()
     def load_word_vectors(self, path: str) -> float:
