@@ -59,8 +59,13 @@ def test_help_lists_groups_and_examples():
     result = run([PYTHON, ROOT / "pipelines" / "train.py", "--help"])
     assert result.returncode == 0
     assert "python pipelines/train.py -m model.n_heads=1,2,4" in result.stdout
-    for group in ("data: atis", "model: encoder", "trainer: cpu, ddp, ddp_cpu, deepspeed, default, fsdp, gpu", "debug: smoke"):
-        assert group in result.stdout
+    groups = dict(line.split(": ", 1) for line in result.stdout.splitlines()
+                  if ": " in line and line.split(":")[0] in ("data", "model", "trainer", "debug", "hparams_search"))
+    expected = {"data": {"atis", "corpus", "bert_pretraining"}, "model": {"encoder", "word2vec", "bert"},
+                "trainer": {"cpu", "ddp", "ddp_cpu", "deepspeed", "default", "fsdp", "gpu"}, "debug": {"smoke"},
+                "hparams_search": {"bert_paper"}}
+    for group, options in expected.items():
+        assert options <= set(groups[group].split(", ")), (group, groups.get(group))
 
 
 def test_multirun_gives_one_mlflow_run_per_job(tmp_path, prepared_atis):

@@ -44,13 +44,16 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "trainer" / "default.yaml", "max_epochs", "15", "1")
     set_param(conf / "experiment" / "word2vec.yaml", "max_epochs", "5", "1")
     set_param(conf / "experiment" / "bert_pretrain.yaml", "max_epochs", "4", "1")
+    for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10")):
+        set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
         subprocess.run(["git", *cmd], cwd=project, check=True, capture_output=True)
 
     first = dvc(project, "repro")
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
-                                                       "pretrain_bert"])
+                                                       "pretrain_bert", "finetune_sentiment", "finetune_pairs",
+                                                       "finetune_atis"])
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
@@ -64,6 +67,14 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "model" / "encoder.yaml", "n_heads", "4", "2")
     third = dvc(project, "repro")
     assert ran_stages(third.stdout) == ["train_atis", "evaluate_atis"]
+
+    # pre-train -> fine-tune: a BERT change re-runs pre-training and every fine-tuning stage after it
+    set_param(conf / "model" / "bert.yaml", "dropout", "0.1", "0.0")
+    fourth = dvc(project, "repro")
+    assert sorted(ran_stages(fourth.stdout)) == ["finetune_atis", "finetune_pairs", "finetune_sentiment",
+                                                 "pretrain_bert"]
+    sentiment = json.loads((project / "artifacts/bert/sentiment/metrics.json").read_text())
+    assert 0 <= sentiment["test/acc"] <= 1
 
     shown = json.loads(dvc(project, "exp", "show", "--json").stdout)
     workspace = next(e for e in shown if e["rev"] == "workspace")["data"]
@@ -82,7 +93,10 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     [word2vec_run] = client.search_runs([client.get_experiment_by_name("word2vec").experiment_id])
     assert "eval/wordsim_spearman" in word2vec_run.data.metrics
     runs = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
-    assert len(runs) == 2
-    assert {r.data.params["model.n_heads"] for r in runs} == {"4", "2"}
-    assert all(r.data.tags.get("dvc_stage") == "train_atis" and "test/slot_f1" in r.data.metrics for r in runs)
+    encoder_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "train_atis"]
+    assert len(encoder_runs) == 2 and {r.data.params["model.n_heads"] for r in encoder_runs} == {"4", "2"}
+    assert all("test/slot_f1" in r.data.metrics for r in encoder_runs)
+    # JointBERT sits in the same experiment as the from-scratch encoder, to compare in the UI
+    bert_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "finetune_atis"]
+    assert len(bert_runs) == 2 and all("test/slot_f1" in r.data.metrics for r in bert_runs)
     assert (project / "mlruns").is_dir()  # artifacts beside the store, inside the project

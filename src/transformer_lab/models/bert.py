@@ -20,6 +20,7 @@ import re
 from dataclasses import asdict, dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models.blocks import TransformerBlock
@@ -136,7 +137,8 @@ class MaskedLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.norm(self.act(self.transform(hidden)))) + self.bias
+        # the tied matrix and the head's own bias in one addmm
+        return F.linear(self.norm(self.act(self.transform(hidden))), self.decoder.weight, self.bias)
 
 
 class BertForPreTraining(nn.Module):
