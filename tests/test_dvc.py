@@ -44,7 +44,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "trainer" / "default.yaml", "max_epochs", "15", "1")
     set_param(conf / "experiment" / "word2vec.yaml", "max_epochs", "5", "1")
     set_param(conf / "experiment" / "bert_pretrain.yaml", "max_epochs", "4", "1")
-    for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10")):
+    for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
         subprocess.run(["git", *cmd], cwd=project, check=True, capture_output=True)
@@ -53,7 +53,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
                                                        "pretrain_bert", "finetune_sentiment", "finetune_pairs",
-                                                       "finetune_atis"])
+                                                       "finetune_atis", "finetune_qa"])
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
@@ -71,8 +71,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     # pre-train -> fine-tune: a BERT change re-runs pre-training and every fine-tuning stage after it
     set_param(conf / "model" / "bert.yaml", "dropout", "0.1", "0.0")
     fourth = dvc(project, "repro")
-    assert sorted(ran_stages(fourth.stdout)) == ["finetune_atis", "finetune_pairs", "finetune_sentiment",
-                                                 "pretrain_bert"]
+    assert sorted(ran_stages(fourth.stdout)) == ["finetune_atis", "finetune_pairs", "finetune_qa",
+                                                 "finetune_sentiment", "pretrain_bert"]
     sentiment = json.loads((project / "artifacts/bert/sentiment/metrics.json").read_text())
     assert 0 <= sentiment["test/acc"] <= 1
 

@@ -1,0 +1,176 @@
+"""Extractive question answering with BERT (the fourth fine-tuning use in the BERT paper):
+start and end logits over `[CLS] question [SEP] passage [SEP]`, loss = mean of the two
+cross-entropies, the best span decoded inside the passage, scored by SQuAD's exact match and F1.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torchmetrics import MeanMetric
+
+from transformer_lab.data.bert import special_ids
+from transformer_lab.data.qa import collate_qa, encode_examples
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.models.bert import BertConfig, BertForQuestionAnswering
+from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
+from transformer_lab.tasks.schedules import decay_groups, warmup_linear
+
+
+# --------------------------------------------------------------------------- SQuAD v1.1 metrics
+PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1's normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def f1_score(prediction: str, gold: str) -> float:
+    """Token overlap F1 of the normalised answers (as in the official v1.1 script, two answers
+    that normalise to nothing score 0)."""
+    predicted, expected = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    same = sum((collections.Counter(predicted) & collections.Counter(expected)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(predicted), same / len(expected)
+    return 2 * precision * recall / (precision + recall)
+
+
+def best_over_golds(metric, prediction: str, golds: list[str]) -> float:
+    """SQuAD's dev set has several gold answers per question; a prediction scores its best match."""
+    return max((metric(prediction, gold) for gold in golds), default=0.0)
+
+
+# --------------------------------------------------------------------------- decoding
+def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, allowed: torch.Tensor,
+               max_answer_tokens: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The span (i, j) with the highest start_logits[i] + end_logits[j] such that i <= j,
+    j - i < max_answer_tokens, and both positions are allowed (in the passage).
+
+    All (batch, length) in; start, end and score (batch,) out. A row with no allowed position
+    returns (0, 0) and a score of -inf.
+    """
+    length = start_logits.shape[1]
+    scores = start_logits[:, :, None] + end_logits[:, None, :]  # (batch, start, end)
+    steps = torch.arange(length, device=scores.device)
+    width = steps[None, :] - steps[:, None]  # end - start
+    ok = (width >= 0) & (width < max_answer_tokens)
+    ok = ok[None] & allowed[:, :, None] & allowed[:, None, :]
+    best, flat = scores.masked_fill(~ok, float("-inf")).flatten(1).max(dim=1)
+    return flat // length, flat % length, best
+
+
+def spans_to_answers(starts: torch.Tensor, ends: torch.Tensor, offsets: torch.Tensor,
+                     contexts: list[str]) -> list[dict]:
+    """Token spans -> {"answer", "start", "end"} with answer == context[start:end]: the text is
+    sliced from the context, not detokenised, so case, accents and spacing survive."""
+    answers = []
+    for row, (i, j) in enumerate(zip(starts.tolist(), ends.tolist())):
+        char_start, char_end = int(offsets[row, i, 0]), int(offsets[row, j, 1])
+        if char_start < 0 or char_end < 0:  # no passage tokens to choose from
+            char_start = char_end = 0
+        answers.append({"answer": contexts[row][char_start:char_end], "start": char_start, "end": char_end})
+    return answers
+
+
+class QuestionAnsweringTask(L.LightningModule):
+    """`pretrained`: a `pretrain_bert` checkpoint, "hf:NAME", or None (random start). Loading a
+    trained checkpoint with `load_from_checkpoint(path, pretrained=None)` skips that step."""
+
+    def __init__(self, model_config: dict, pretrained: str | None = None, lr: float = 1e-4,
+                 weight_decay: float = 0.01, warmup_ratio: float = 0.1,
+                 max_answer_tokens: int = 30, max_len: int = 384, max_question_tokens: int = 64,
+                 tokenizer_path: str | None = None):
+        super().__init__()
+        # max_len, max_question_tokens and tokenizer_path come from the datamodule and travel in
+        # the checkpoint, so that predict_answers encodes text the way training did.
+        self.save_hyperparameters(logger=False)
+        self.model = BertForQuestionAnswering(BertConfig(**model_config))
+        if max_len > self.model.config.max_len:
+            raise TransformerLabError(f"data.datamodule.max_len={max_len} exceeds "
+                                      f"model.max_len={self.model.config.max_len}")
+        load_pretrained_bert(self.model.bert, pretrained)
+        self.metrics = torch.nn.ModuleDict({f"{stage}_{name}": MeanMetric() for stage in ("val", "test")
+                                            for name in ("exact_match", "f1")})
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        start, end = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+        # Padding is never an answer; [CLS] stays allowed (examples whose answer was cut off point there).
+        padding = ~batch["attention_mask"]
+        low = torch.finfo(start.dtype).min
+        return start.masked_fill(padding, low), end.masked_fill(padding, low)
+
+    def _loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        start, end = self(batch)
+        loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
+        return loss, start, end
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss, _, _ = self._loss(batch)
+        size = len(batch["input_ids"])
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def _evaluate(self, batch: dict, stage: str) -> None:
+        loss, start, end = self._loss(batch)
+        size = len(batch["input_ids"])
+        in_passage = batch["offsets"][..., 0] >= 0
+        starts, ends, _ = best_spans(start, end, in_passage, self.hparams.max_answer_tokens)
+        predictions = spans_to_answers(starts, ends, batch["offsets"], batch["context"])
+        em = [best_over_golds(exact_match, p["answer"], golds) for p, golds in zip(predictions, batch["answers"])]
+        f1 = [best_over_golds(f1_score, p["answer"], golds) for p, golds in zip(predictions, batch["answers"])]
+        self.metrics[f"{stage}_exact_match"].update(torch.tensor(em, device=self.device))
+        self.metrics[f"{stage}_f1"].update(torch.tensor(f1, device=self.device))
+        self.log(f"{stage}/loss", loss, batch_size=size, sync_dist=True)
+        self.log_dict({f"{stage}/exact_match": self.metrics[f"{stage}_exact_match"],
+                       f"{stage}/f1": self.metrics[f"{stage}_f1"]}, on_epoch=True, prog_bar=True, batch_size=size)
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(decay_groups(self.model, self.hparams.weight_decay), lr=self.hparams.lr)
+        total = self.trainer.estimated_stepping_batches
+        scheduler = warmup_linear(optimizer, total, int(self.hparams.warmup_ratio * total))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    @torch.no_grad()
+    def predict_answers(self, questions: list[str], contexts: list[str], tokenizer: Tokenizer,
+                        batch_size: int = 64) -> list[dict]:
+        """The best answer span for each (question, context): {"answer", "start", "end", "score"}
+        with context[start:end] == answer (character offsets into the context)."""
+        if len(questions) != len(contexts):
+            raise TransformerLabError(f"{len(questions)} questions but {len(contexts)} contexts")
+        specials = special_ids(tokenizer)
+        examples = [{"question": q, "context": c} for q, c in zip(questions, contexts)]
+        features = encode_examples(examples, tokenizer, specials, self.hparams.max_len,
+                                   self.hparams.max_question_tokens)
+        was_training = self.training
+        self.eval()
+        results = []
+        for first in range(0, len(features), batch_size):
+            batch = collate_qa(features[first:first + batch_size], specials["pad"])
+            batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            start, end = self(batch)
+            starts, ends, scores = best_spans(start, end, batch["offsets"][..., 0] >= 0, self.hparams.max_answer_tokens)
+            answers = spans_to_answers(starts, ends, batch["offsets"], batch["context"])
+            results += [{**answer, "score": score} for answer, score in zip(answers, scores.tolist())]
+        self.train(was_training)
+        return results
