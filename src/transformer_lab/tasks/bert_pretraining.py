@@ -12,7 +12,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
-from transformer_lab.tasks.schedules import decay_groups, warmup_linear
+from transformer_lab.tasks.schedules import adamw_warmup_linear
 
 HUB_PREFIX = "hf:"
 
@@ -94,8 +94,6 @@ class BertPretrainingTask(L.LightningModule):
         self._step(batch, "val")
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(decay_groups(self.model, self.hparams.weight_decay), lr=self.hparams.lr,
-                                      betas=tuple(self.hparams.betas))
-        total = self.trainer.estimated_stepping_batches
-        scheduler = warmup_linear(optimizer, total, int(self.hparams.warmup_ratio * total))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        h = self.hparams
+        return adamw_warmup_linear(self.model, h.lr, h.weight_decay, h.warmup_ratio,
+                                   self.trainer.estimated_stepping_batches, h.betas)

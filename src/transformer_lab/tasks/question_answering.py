@@ -20,7 +20,7 @@ from transformer_lab.data.qa import collate_qa, encode_examples
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForQuestionAnswering
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
-from transformer_lab.tasks.schedules import decay_groups, warmup_linear
+from transformer_lab.tasks.schedules import adamw_warmup_linear
 
 
 # --------------------------------------------------------------------------- SQuAD v1.1 metrics
@@ -146,10 +146,9 @@ class QuestionAnsweringTask(L.LightningModule):
         self._evaluate(batch, "test")
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(decay_groups(self.model, self.hparams.weight_decay), lr=self.hparams.lr)
-        total = self.trainer.estimated_stepping_batches
-        scheduler = warmup_linear(optimizer, total, int(self.hparams.warmup_ratio * total))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        h = self.hparams
+        return adamw_warmup_linear(self.model, h.lr, h.weight_decay, h.warmup_ratio,
+                                   self.trainer.estimated_stepping_batches)
 
     @torch.no_grad()
     def predict_answers(self, questions: list[str], contexts: list[str], tokenizer: Tokenizer,

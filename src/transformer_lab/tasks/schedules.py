@@ -38,3 +38,12 @@ def decay_groups(module: torch.nn.Module, weight_decay: float) -> list[dict]:
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+
+
+def adamw_warmup_linear(module: torch.nn.Module, lr: float, weight_decay: float, warmup_ratio: float,
+                        total_steps: int, betas: tuple[float, float] = (0.9, 0.999)) -> dict:
+    """BERT's optimiser, as a LightningModule's configure_optimizers returns it: AdamW with
+    decay on matrices only, warm-up over warmup_ratio of the steps, then linear decay."""
+    optimizer = torch.optim.AdamW(decay_groups(module, weight_decay), lr=lr, betas=tuple(betas))
+    scheduler = warmup_linear(optimizer, total_steps, int(warmup_ratio * total_steps))
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -11,7 +11,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from transformer_lab.models.bert import BertClassifierConfig, BertForSequenceClassification
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
-from transformer_lab.tasks.schedules import decay_groups, warmup_linear
+from transformer_lab.tasks.schedules import adamw_warmup_linear
 
 
 class SequenceClassificationTask(L.LightningModule):
@@ -52,7 +52,6 @@ class SequenceClassificationTask(L.LightningModule):
         self._evaluate(batch, "test")
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(decay_groups(self.model, self.hparams.weight_decay), lr=self.hparams.lr)
-        total = self.trainer.estimated_stepping_batches
-        scheduler = warmup_linear(optimizer, total, int(self.hparams.warmup_ratio * total))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        h = self.hparams
+        return adamw_warmup_linear(self.model, h.lr, h.weight_decay, h.warmup_ratio,
+                                   self.trainer.estimated_stepping_batches)
