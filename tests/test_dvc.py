@@ -44,6 +44,9 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "trainer" / "default.yaml", "max_epochs", "15", "1")
     set_param(conf / "experiment" / "word2vec.yaml", "max_epochs", "5", "1")
     set_param(conf / "experiment" / "bert_pretrain.yaml", "max_epochs", "4", "1")
+    for key, old, new in [("n_train", "3000", "300"), ("n_validation", "300", "60"), ("n_test", "300", "60")]:
+        set_param(conf / "data" / "qa.yaml", key, old, new)
+    set_param(conf / "data" / "bert_pretraining.yaml", "max_documents", "null", "60")
     for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
