@@ -19,6 +19,7 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
+import torch
 from torch.utils.data import DataLoader
 
 from transformer_lab.data.bert import encode_pair, next_sentence_pairs, pad_batch, special_ids, truncate, truncate_pair
@@ -173,8 +174,6 @@ class TextClassificationDataModule(L.LightningDataModule):
                                         for e in self.splits[split] if e["label"] in label_id]
 
     def collate(self, items: list[dict]) -> dict:
-        import torch
-
         batch = pad_batch(items, self.specials["pad"])
         batch["labels"] = torch.tensor([item["label"] for item in items])
         return batch

@@ -122,11 +122,19 @@ class Word2Vec(nn.Module):
 
     def _hidden(self, context_vectors: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The vectors scored against the output rows, (B, C, d) for skip-gram or (B, 1, d) for
-        CBOW (the mean of the window), and the weight of each: (B, C) or (B, 1)."""
+        CBOW (the mean of the window), and the weight of each: (B, C) or (B, 1).
+
+        CBOW's mean has a full-strength backward: every context word receives the whole
+        gradient of the mean, as in word2vec's CBOW update (dividing it by the window size
+        would slow learning that much). sgd_update applies the same rule by hand.
+        """
         if self.config.architecture == "skipgram":
             return context_vectors, mask
         total = (context_vectors * mask[..., None]).sum(1, keepdim=True)
-        return total / mask.sum(1, keepdim=True)[..., None].clamp(min=1), mask.new_ones(len(mask), 1)
+        mean = total / mask.sum(1, keepdim=True)[..., None].clamp(min=1)
+        if torch.is_grad_enabled():
+            mean = mean.detach() + (total - total.detach())  # forward: the mean; backward: the sum's
+        return mean, mask.new_ones(len(mask), 1)
 
     @staticmethod
     def _loss(scores: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -140,11 +148,6 @@ class Word2Vec(nn.Module):
         mask = context_mask.float()
         vectors = self.input_vectors(context)
         h, weight = self._hidden(vectors, mask)
-        if self.config.architecture == "cbow":
-            # Forward: the mean. Backward: every context word receives the full gradient, as in
-            # word2vec's CBOW update (dividing it by the window size would slow learning that much).
-            total = (vectors * mask[..., None]).sum(1, keepdim=True)
-            h = h.detach() + (total - total.detach())
         rows, labels, weights = self.output_rows(centres)
         scores = h @ self.output_vectors(rows).transpose(1, 2)  # (B, C or 1, M)
         return self._loss(scores, labels, weights, weight)
@@ -174,7 +177,7 @@ class Word2Vec(nn.Module):
         grad_out = torch.bmm(g.transpose(1, 2), h)  # summed over the window before the scatter
         grad_h = torch.bmm(g, out)  # skip-gram: zero on padding, as g is
         if self.config.architecture == "cbow":
-            grad_h = grad_h * mask[..., None]  # every context word receives the full gradient (see forward)
+            grad_h = grad_h * mask[..., None]  # every context word receives the full gradient (see _hidden)
         # Adding an uncoalesced sparse tensor sums repeated rows (a noise word drawn twice moves
         # twice) and measured faster here than index_add_.
         for table, index, grad in ((inputs_table, context, grad_h), (outputs_table, rows, grad_out)):
