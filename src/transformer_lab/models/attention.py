@@ -3,6 +3,10 @@
 Each head has its own query, key and value projection. They are stored as one
 ``d_model x d_model`` matrix per role whose rows are split into heads, which is the
 same as ``n_heads`` separate ``d_model x d_head`` projections but costs one matmul.
+
+Two options serve the decoder (GPT): rotary position embeddings applied to queries and
+keys, and a key/value cache so that generating one more token attends from one new
+position instead of recomputing the whole prefix.
 """
 
 from __future__ import annotations
@@ -12,6 +16,24 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+class KVCache:
+    """One layer's keys and values of the positions seen so far, (batch, n_heads, length, d_head)."""
+
+    def __init__(self):
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[2]
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.keys is not None:
+            keys, values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
+        self.keys, self.values = keys, values
+        return keys, values
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -37,20 +59,32 @@ class MultiHeadSelfAttention(nn.Module):
         key_padding_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         return_weights: bool = False,
+        rotary: nn.Module | None = None,
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (batch, length, d_model); key_padding_mask: (batch, length), True = real token.
+        """x: (batch, length, d_model); key_padding_mask: (batch, keys), True = real token.
+
+        rotary: a RotaryEmbedding to rotate queries and keys by their positions.
+        cache: earlier positions' keys and values; x then holds the positions after them, and
+        the new keys and values are appended to it.
 
         Returns the attended values and, if asked, the attention weights
-        (batch, n_heads, length, length) for inspection and plots.
+        (batch, n_heads, length, keys) for inspection and plots.
         """
         batch, length, d_model = x.shape
         q, k, v = self._split_heads(self.q(x)), self._split_heads(self.k(x)), self._split_heads(self.v(x))
+        offset = cache.length if cache is not None else 0
+        if rotary is not None:
+            q, k = rotary(q, offset), rotary(k, offset)
+        if cache is not None:
+            k, v = cache.append(k, v)
 
         mask = None
         if key_padding_mask is not None:
             mask = key_padding_mask[:, None, None, :].to(torch.bool)  # broadcast over heads and queries
-        if is_causal:
-            causal = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()
+        if is_causal and length > 1:  # one new query after a cache may see every key: no mask needed
+            # query i sits at position offset + i and sees keys 0 .. offset + i
+            causal = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=offset)
             mask = causal if mask is None else mask & causal
 
         dropout_p = self.dropout if self.training else 0.0
@@ -62,6 +96,9 @@ class MultiHeadSelfAttention(nn.Module):
                 scores = scores.masked_fill(~mask, float("-inf"))
             weights = scores.softmax(dim=-1)
             attended = F.dropout(weights, dropout_p, self.training) @ v
+        elif mask is not None and key_padding_mask is None and offset == 0:
+            # a plain causal mask: let the kernel build it (its fast path skips the masked half)
+            attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         else:
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         attended = attended.transpose(1, 2).reshape(batch, length, d_model)

@@ -16,7 +16,6 @@ compare outputs with the reference implementation.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
 import torch
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models.blocks import TransformerBlock
+from transformer_lab.models.interop import rename
 
 # name: (layers L, hidden H, heads A). tiny/mini/small: the compact BERTs of Turc et al. (2019).
 SIZES = {
@@ -274,16 +274,6 @@ _HF_NAMES = [  # (ours, theirs) as prefixes; {i} is the layer
 _TIED = "mlm.decoder.weight"  # = bert.embeddings.token.weight
 
 
-def _rename(name: str, table: list[tuple[str, str]]) -> str | None:
-    for source, target in table:
-        pattern = "^" + re.escape(source).replace(r"\{i\}", r"(\d+)")
-        match = re.match(pattern, name)
-        if match:
-            filled = target.replace("{i}", match.group(1)) if match.groups() else target
-            return filled + name[match.end():]
-    return None
-
-
 def from_hf_state_dict(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A `transformers` BertForPreTraining (or BertModel, keys without "bert.") state dict ->
     this module's names. Heads the checkpoint lacks are simply absent from the result."""
@@ -292,7 +282,7 @@ def from_hf_state_dict(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     reverse = [(theirs, ours) for ours, theirs in _HF_NAMES]
     state = {}
     for name, tensor in hf_state.items():
-        ours = _rename(name, reverse)
+        ours = rename(name, reverse)
         if ours is not None:
             state[ours] = tensor
     if "bert.embeddings.token.weight" in state and "mlm.bias" in state:
@@ -306,7 +296,7 @@ def to_hf_state_dict(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     for name, tensor in state.items():
         if name == _TIED:
             continue
-        theirs = _rename(name, _HF_NAMES)
+        theirs = rename(name, _HF_NAMES)
         if theirs is None:
             raise KeyError(f"{name}: no Hugging Face BERT name for this parameter")
         hf[theirs] = tensor

@@ -6,9 +6,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transformer_lab.models.attention import MultiHeadSelfAttention
+from transformer_lab.models.attention import KVCache, MultiHeadSelfAttention
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+# gelu_tanh: the tanh approximation that GPT-1 and GPT-2 were trained with ("gelu_new" in transformers)
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
 
 
 class FeedForward(nn.Module):
@@ -27,6 +28,47 @@ class FeedForward(nn.Module):
         return self.dropout(self.fc_out(self.act(self.fc_in(x))))
 
 
+class MixtureOfExperts(nn.Module):
+    """A sparse feed-forward (Shazeer et al., 2017; Switch Transformer, Fedus et al., 2021): E
+    expert feed-forwards and a learned router that sends every token to its top-k experts.
+
+    The output is the router-weighted sum of the chosen experts' outputs: with k = 1 the
+    weight is the router probability itself (Switch), with k = 2 the two probabilities
+    renormalised to sum to 1. After each forward `aux_loss` holds the load-balancing loss
+    E * sum_e f_e * P_e (f_e: share of assignments to expert e, P_e: mean router probability),
+    which is 1 when the load is uniform; the task adds it to the loss with a small weight.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, n_experts: int = 4, top_k: int = 2, activation: str = "relu",
+                 dropout: float = 0.0):
+        super().__init__()
+        if not 1 <= top_k <= n_experts:
+            raise ValueError(f"moe_top_k={top_k} must be between 1 and n_experts={n_experts}")
+        self.top_k = top_k
+        self.router = nn.Linear(d_model, n_experts, bias=False)
+        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, activation, dropout) for _ in range(n_experts))
+        self.aux_loss = torch.zeros(())
+        self.last_choice: torch.Tensor | None = None  # (tokens, top_k) expert ids, for inspection
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, x.shape[-1])
+        probabilities = self.router(tokens).softmax(dim=-1)
+        gate, chosen = probabilities.topk(self.top_k, dim=-1)
+        if self.top_k > 1:
+            gate = gate / gate.sum(dim=-1, keepdim=True)
+        n_experts = len(self.experts)
+        assignments = torch.zeros_like(probabilities).scatter_(1, chosen, 1.0)
+        self.aux_loss = n_experts * (assignments.mean(0) / self.top_k * probabilities.mean(0)).sum()
+        self.last_choice = chosen.detach()
+
+        out = torch.zeros_like(tokens)
+        for index, expert in enumerate(self.experts):
+            rows, slot = (chosen == index).nonzero(as_tuple=True)
+            if rows.numel():
+                out.index_add_(0, rows, gate[rows, slot, None] * expert(tokens[rows]))
+        return out.view_as(x)
+
+
 class TransformerBlock(nn.Module):
     """norm_first=False is the post-norm block of the 2017 paper (and BERT);
     norm_first=True is the pre-norm block of GPT-2 and ViT, which trains more stably deep."""
@@ -40,12 +82,21 @@ class TransformerBlock(nn.Module):
         activation: str = "relu",
         norm_first: bool = False,
         layer_norm_eps: float = 1e-5,
+        ffn: str = "dense",
+        n_experts: int = 4,
+        moe_top_k: int = 2,
     ):
+        """ffn: "dense" (one feed-forward) or "moe" (n_experts of them, each token routed to moe_top_k)."""
         super().__init__()
         self.norm_first = norm_first
         self.attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout)
         self.ln1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.mlp = FeedForward(d_model, d_ff, activation, dropout)
+        if ffn == "dense":
+            self.mlp = FeedForward(d_model, d_ff, activation, dropout)
+        elif ffn == "moe":
+            self.mlp = MixtureOfExperts(d_model, d_ff, n_experts, moe_top_k, activation, dropout)
+        else:
+            raise ValueError(f"ffn={ffn!r}; expected 'dense' or 'moe'")
         self.ln2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
 
@@ -55,13 +106,15 @@ class TransformerBlock(nn.Module):
         key_padding_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         return_weights: bool = False,
+        rotary: nn.Module | None = None,
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.norm_first:
-            attended, weights = self.attn(self.ln1(x), key_padding_mask, is_causal, return_weights)
+            attended, weights = self.attn(self.ln1(x), key_padding_mask, is_causal, return_weights, rotary, cache)
             x = x + self.dropout(attended)
             x = x + self.mlp(self.ln2(x))
         else:
-            attended, weights = self.attn(x, key_padding_mask, is_causal, return_weights)
+            attended, weights = self.attn(x, key_padding_mask, is_causal, return_weights, rotary, cache)
             x = self.ln1(x + self.dropout(attended))
             x = self.ln2(x + self.mlp(x))
         return x, weights

@@ -33,6 +33,32 @@ class SinusoidalPositionalEncoding(nn.Module):
         return self.table[:length]
 
 
+class RotaryEmbedding(nn.Module):
+    """RoPE (Su et al., 2021): instead of adding a position vector to the input, rotate each
+    query and key by an angle proportional to its position, a different frequency per pair of
+    dimensions. The dot product of a query at m and a key at n then depends only on n - m.
+
+    Dimensions are paired as (i, i + d/2) (the "rotate half" layout of GPT-NeoX and LLaMA).
+    Applied to (batch, heads, length, d_head) tensors inside attention; nothing is added to
+    the embeddings, so the model has no position table and no maximum length of its own.
+    """
+
+    def __init__(self, d_head: int, base: float = 10000.0):
+        super().__init__()
+        if d_head % 2:
+            raise ValueError(f"rotary embeddings need an even head size, got {d_head}")
+        inverse_frequency = base ** (-torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
+        self.register_buffer("inverse_frequency", inverse_frequency, persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """x: (..., length, d_head) at positions offset .. offset + length - 1."""
+        positions = torch.arange(offset, offset + x.shape[-2], device=x.device, dtype=torch.float32)
+        angles = positions[:, None] * self.inverse_frequency  # (length, d_head / 2)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        first, second = x.chunk(2, dim=-1)
+        return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+
+
 def positional_encoding(kind: str, max_len: int, d_model: int) -> nn.Module:
     if kind == "learned":
         return LearnedPositionalEmbedding(max_len, d_model)

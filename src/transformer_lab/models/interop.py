@@ -1,0 +1,16 @@
+"""Parameter-name tables for converting to and from Hugging Face `transformers` checkpoints."""
+
+from __future__ import annotations
+
+import re
+
+
+def rename(name: str, table: list[tuple[str, str]]) -> str | None:
+    """The first (source, target) prefix pair of `table` that matches `name`, applied; None if
+    none does. "{i}" in a pair stands for a layer number."""
+    for source, target in table:
+        match = re.match("^" + re.escape(source).replace(r"\{i\}", r"(\d+)"), name)
+        if match:
+            filled = target.replace("{i}", match.group(1)) if match.groups() else target
+            return filled + name[match.end():]
+    return None
