@@ -200,7 +200,7 @@ def test_tiny_pretraining_learns_and_its_encoder_loads_for_fine_tuning(corpus_an
     for name, tensor in task.model.bert.state_dict().items():
         assert torch.equal(fresh.state_dict()[name], tensor), name
     wrong_size = BertForPreTraining(BertConfig(size="tiny", **dm.model_kwargs())).bert
-    with pytest.raises(TransformerLabError, match="does not fit this encoder"):
+    with pytest.raises(TransformerLabError, match="does not fit this model"):
         load_pretrained_bert(wrong_size, str(checkpoint))
     with pytest.raises(TransformerLabError, match="checkpoint not found"):
         load_pretrained_bert(fresh, str(tmp_path / "missing.ckpt"))

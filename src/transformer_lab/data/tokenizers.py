@@ -4,6 +4,10 @@ corpus, and the corpus encoded once into token-id arrays that language models st
     wordpiece  BERT style: [PAD] [UNK] [CLS] [SEP] [MASK]
     bpe        GPT-2 style byte-level BPE with an end-of-text token
     char       one token per character seen in training
+
+GPT tokenizers (bpe, char) also reserve GPT-1's fine-tuning tokens: start, delimiter and
+extract. GPT-1 added them at fine-tuning time; reserving their ids up front keeps pre-trained
+checkpoints and fine-tuning inputs on one vocabulary.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from transformer_lab.utils.io import atomic_directory
 
 BERT_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 END_OF_TEXT = "<|endoftext|>"
+GPT_SPECIAL = ["<|start|>", "<|delimiter|>", "<|extract|>"]
 
 
 def build_tokenizer(kind: str, lowercase: bool = False) -> tuple[Tokenizer, object]:
@@ -47,7 +52,9 @@ def build_tokenizer(kind: str, lowercase: bool = False) -> tuple[Tokenizer, obje
 
 
 def default_special_tokens(kind: str) -> list[str]:
-    return BERT_SPECIAL if kind == "wordpiece" else [END_OF_TEXT] if kind == "bpe" else ["[UNK]", END_OF_TEXT]
+    if kind == "wordpiece":
+        return BERT_SPECIAL
+    return [END_OF_TEXT, *GPT_SPECIAL] if kind == "bpe" else ["[UNK]", END_OF_TEXT, *GPT_SPECIAL]
 
 
 def document_text(sentences: list[str]) -> str:

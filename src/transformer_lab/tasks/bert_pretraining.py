@@ -10,12 +10,9 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
+from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_warmup_linear
-
-HUB_PREFIX = "hf:"
-
 
 def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
     """Copy pre-trained encoder weights into `bert` (embeddings, blocks, pooler).
@@ -24,26 +21,8 @@ def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
     "hf:NAME" for published `transformers` weights (e.g. hf:bert-base-uncased, which needs
     its own tokenizer). The encoder's sizes and vocabulary must match the checkpoint's.
     """
-    if not source:
-        return
-    if source.startswith(HUB_PREFIX):
-        state = BertForPreTraining.from_pretrained(source[len(HUB_PREFIX):]).bert.state_dict()
-    else:
-        try:
-            checkpoint = torch.load(source, map_location="cpu", weights_only=False)
-        except FileNotFoundError:
-            raise TransformerLabError(f"{source}: pre-trained checkpoint not found; run `dvc repro pretrain_bert` "
-                                      "or set task.pretrained=null (random start) or hf:bert-base-uncased") from None
-        prefix = "model.bert."
-        state = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
-    ours = bert.state_dict()
-    mismatched = [f"{k} {tuple(v.shape)} vs {tuple(ours[k].shape)}" for k, v in state.items()
-                  if k in ours and v.shape != ours[k].shape]
-    if mismatched or set(state) != set(ours):
-        detail = mismatched[0] if mismatched else f"missing {sorted(set(ours) - set(state))[:3]}"
-        raise TransformerLabError(f"{source}: does not fit this encoder ({detail}); use the model size and "
-                                  "tokenizer it was pre-trained with")
-    bert.load_state_dict(state)
+    load_pretrained(bert, source, prefix="model.bert.", stage="pretrain_bert", hub_example="hf:bert-base-uncased",
+                    from_hub=lambda name: BertForPreTraining.from_pretrained(name).bert.state_dict())
 
 
 class BertPretrainingTask(L.LightningModule):

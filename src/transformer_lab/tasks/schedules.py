@@ -40,10 +40,22 @@ def decay_groups(module: torch.nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def adamw_with_warmup(module: torch.nn.Module, lr: float, weight_decay: float, total_steps: int,
+                      warmup_steps: int, betas: tuple[float, float] = (0.9, 0.999), decay: str = "linear",
+                      min_ratio: float = 0.0) -> dict:
+    """AdamW with decay on matrices only, linear warm-up, then linear decay to 0 (BERT) or cosine
+    decay to min_ratio × lr (GPT), stepped every optimiser step; as configure_optimizers returns it."""
+    optimizer = torch.optim.AdamW(decay_groups(module, weight_decay), lr=lr, betas=tuple(betas))
+    if decay == "linear":
+        scheduler = warmup_linear(optimizer, total_steps, warmup_steps)
+    elif decay == "cosine":
+        scheduler = warmup_cosine(optimizer, total_steps, warmup_steps, min_ratio)
+    else:
+        raise ValueError(f"decay={decay!r}; expected 'linear' or 'cosine'")
+    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
 def adamw_warmup_linear(module: torch.nn.Module, lr: float, weight_decay: float, warmup_ratio: float,
                         total_steps: int, betas: tuple[float, float] = (0.9, 0.999)) -> dict:
-    """BERT's optimiser, as a LightningModule's configure_optimizers returns it: AdamW with
-    decay on matrices only, warm-up over warmup_ratio of the steps, then linear decay."""
-    optimizer = torch.optim.AdamW(decay_groups(module, weight_decay), lr=lr, betas=tuple(betas))
-    scheduler = warmup_linear(optimizer, total_steps, int(warmup_ratio * total_steps))
-    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+    """BERT's optimiser: warm-up over warmup_ratio of the steps, then linear decay."""
+    return adamw_with_warmup(module, lr, weight_decay, total_steps, int(warmup_ratio * total_steps), betas)

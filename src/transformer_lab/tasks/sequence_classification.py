@@ -20,20 +20,33 @@ class SequenceClassificationTask(L.LightningModule):
         """pretrained: a `pretrain_bert` checkpoint, "hf:NAME", or None for a random start."""
         super().__init__()
         self.save_hyperparameters(logger=False)
-        self.model = BertForSequenceClassification(BertClassifierConfig(**model_config))
-        load_pretrained_bert(self.model.bert, pretrained)
+        self.model = self.build_model(model_config, pretrained)
         n = len(labels)
         self.metrics = nn.ModuleDict({stage: nn.ModuleDict({"acc": MulticlassAccuracy(n, average="micro"),
                                                             "macro_f1": MulticlassF1Score(n, average="macro")})
                                       for stage in ("val", "test")})
 
+    def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
+        model = BertForSequenceClassification(BertClassifierConfig(**model_config))
+        load_pretrained_bert(model.bert, pretrained)
+        return model
+
+    def classify(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Class logits and any auxiliary training loss the model adds (none for BERT)."""
+        return self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"]), None
+
     def forward(self, batch: dict) -> torch.Tensor:
-        return self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+        return self.classify(batch)[0]
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss = F.cross_entropy(self(batch), batch["labels"])
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(batch["labels"]),
-                 sync_dist=True)
+        logits, auxiliary = self.classify(batch)
+        loss = F.cross_entropy(logits, batch["labels"])
+        size = len(batch["labels"])
+        if auxiliary is not None:
+            self.log("train/task_loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
+            self.log("train/aux_loss", auxiliary, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
+            loss = loss + auxiliary
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 

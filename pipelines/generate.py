@@ -1,0 +1,29 @@
+"""Generate text with a trained GPT:
+
+    python pipelines/generate.py prompt="KING RICHARD:" max_new_tokens=200 strategy=sample \
+        temperature=0.8 top_k=40 top_p=0.95 seed=1 [checkpoint=...ckpt tokenizer_path=...json]
+"""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from transformer_lab.generate import generate  # noqa: E402
+from transformer_lab.utils.cli import pipeline  # noqa: E402
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="generate")
+@pipeline
+def main(cfg: DictConfig) -> None:
+    result = generate(cfg)
+    for index, sample in enumerate(result["samples"]):
+        print(f"--- sample {index} ---\n{cfg.prompt}{sample}")
+    print(f"{result['new_tokens']} tokens at {result['tokens_per_s']:.0f} tokens/s")
+
+
+if __name__ == "__main__":
+    main()

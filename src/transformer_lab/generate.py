@@ -1,0 +1,58 @@
+"""Text from a pre-trained GPT checkpoint: greedy or sampled continuation of a prompt, with a
+key/value cache, stopping at end-of-text; seeded, so a sample can be reproduced."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from transformer_lab import tracking
+from transformer_lab.data.tokenizers import END_OF_TEXT, load_tokenizer
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.evaluate import load_task, mlflow_run_for
+from transformer_lab.utils.io import atomic_write_json, atomic_write_text
+
+
+def generate(cfg: DictConfig) -> dict:
+    from transformer_lab.tasks.gpt import GPTPretrainingTask
+
+    if cfg.max_new_tokens < 1:
+        raise TransformerLabError(f"max_new_tokens={cfg.max_new_tokens}: must be at least 1")
+    task = load_task(cfg.checkpoint, GPTPretrainingTask, "pretrain_gpt")
+    model = task.model.eval()
+    tokenizer = load_tokenizer(cfg.tokenizer_path)
+    if tokenizer.get_vocab_size() != model.config.vocab_size:
+        raise TransformerLabError(f"{cfg.tokenizer_path}: {tokenizer.get_vocab_size()} tokens, but the checkpoint's "
+                                  f"vocabulary has {model.config.vocab_size}; use the tokenizer it was trained with")
+    eos_id = tokenizer.token_to_id(END_OF_TEXT)
+    # an empty prompt starts a new document, as GPT-2 does: after an end-of-text token
+    prompt_ids = tokenizer.encode(cfg.prompt, add_special_tokens=False).ids if cfg.prompt else [eos_id]
+    prompt = torch.tensor([prompt_ids] * cfg.num_samples)
+    generator = torch.Generator().manual_seed(cfg.seed)
+
+    start = time.perf_counter()
+    new = model.generate(prompt, cfg.max_new_tokens, cfg.strategy, cfg.temperature, cfg.top_k, cfg.top_p,
+                         eos_id=eos_id if cfg.stop_at_eos else None, generator=generator, use_cache=cfg.use_cache)
+    seconds = time.perf_counter() - start
+    samples = []
+    for row in new.tolist():
+        if cfg.stop_at_eos and eos_id in row:
+            row = row[:row.index(eos_id)]
+        samples.append(tokenizer.decode(row))
+
+    result = {"prompt": cfg.prompt, "samples": samples, "strategy": cfg.strategy, "temperature": cfg.temperature,
+              "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed, "use_cache": cfg.use_cache,
+              "new_tokens": int(new.numel()), "tokens_per_s": new.numel() / seconds}
+    if cfg.get("output"):
+        output = Path(cfg.output)
+        atomic_write_json(output, result)
+        text_path = output.with_suffix(".txt")
+        atomic_write_text(text_path, "".join(f"--- sample {i} ---\n{cfg.prompt}{s}\n" for i, s in enumerate(samples)))
+        if cfg.get("logger"):
+            client, run_id = mlflow_run_for(cfg, tracking.read_run_reference(cfg.run_reference))
+            for path in (output, text_path):
+                client.log_artifact(run_id, str(path), "samples")
+    return result

@@ -1,0 +1,98 @@
+"""GPT as Lightning tasks: causal language-model pre-training, and GPT-1 fine-tuning
+(classification, entailment, similarity, multiple choice) with the auxiliary LM loss."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_lab.data.bert import IGNORE_INDEX
+from transformer_lab.models.gpt import GPTClassifierConfig, GPTConfig, GPTForSequenceClassification, GPTLMHeadModel
+from transformer_lab.tasks.pretrained import load_pretrained
+from transformer_lab.tasks.schedules import adamw_with_warmup
+from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy; IGNORE_INDEX targets (padding) do not count."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+class GPTPretrainingTask(L.LightningModule):
+    """Next-token prediction. AdamW (decay on matrices), linear warm-up then cosine decay to
+    min_lr_ratio × lr (GPT-1's schedule); gradient clipping is the trainer's gradient_clip_val.
+    Logs loss, validation perplexity, tokens/second, the learning rate and, with model.ffn=moe,
+    the load-balancing loss (added to the loss with weight moe_aux_weight)."""
+
+    def __init__(self, model_config: dict, lr: float = 1e-3, weight_decay: float = 0.1,
+                 betas: tuple[float, float] = (0.9, 0.95), warmup_steps: int = 100, min_lr_ratio: float = 0.1,
+                 moe_aux_weight: float = 0.01):
+        super().__init__()
+        self.save_hyperparameters(logger=False)
+        self.model = GPTLMHeadModel(GPTConfig(**model_config))
+        self._epoch_start, self._epoch_tokens = 0.0, 0
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = lm_loss(self(batch["input_ids"]), batch["labels"])
+        size = len(batch["input_ids"])
+        if self.model.config.ffn == "moe":
+            balance = self.model.gpt.moe_aux_loss()
+            self.log("train/moe_balance_loss", balance, on_step=True, on_epoch=True, batch_size=size)
+            self.log("train/lm_loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
+            loss = loss + self.hparams.moe_aux_weight * balance
+        self._epoch_tokens += batch["input_ids"].numel()
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
+        self.log_dict({"train/tokens_per_s": self._epoch_tokens / (time.perf_counter() - self._epoch_start),
+                       "train/lr": self.optimizers().param_groups[0]["lr"]}, on_step=True, on_epoch=False)
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_start, self._epoch_tokens = time.perf_counter(), 0
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.log("val/loss", lm_loss(self(batch["input_ids"]), batch["labels"]), on_epoch=True, prog_bar=True,
+                 batch_size=len(batch["input_ids"]), sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
+        loss = self.trainer.callback_metrics.get("val/loss")
+        if loss is not None:  # perplexity of the epoch's mean loss (not the mean of per-batch perplexities)
+            self.log("val/perplexity", math.exp(min(float(loss), 50.0)))
+
+    def configure_optimizers(self):
+        h = self.hparams
+        total = self.trainer.estimated_stepping_batches
+        return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, min(h.warmup_steps, total), h.betas,
+                                 decay="cosine", min_ratio=h.min_lr_ratio)
+
+
+class GPTClassificationTask(SequenceClassificationTask):
+    """GPT-1 fine-tuning: L = L_task + lm_weight · L_lm (lm_weight 0.5 in the paper; 0 disables
+    the auxiliary loss). Metrics, logging and test scoring are the BERT fine-tuning task's, so
+    the two models' runs line up in MLflow."""
+
+    def __init__(self, model_config: dict, labels: list[str], pretrained: str | None = None, lm_weight: float = 0.5,
+                 lr: float = 6.25e-5, weight_decay: float = 0.01, warmup_ratio: float = 0.002):
+        """pretrained: a `pretrain_gpt` checkpoint, "hf:NAME" (GPT-2 weights), or None for a random start."""
+        super().__init__(model_config, labels, pretrained, lr, weight_decay, warmup_ratio)
+        self.save_hyperparameters(logger=False)
+
+    def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
+        model = GPTForSequenceClassification(GPTClassifierConfig(**model_config))
+        load_pretrained(model.gpt, pretrained, prefix="model.gpt.", stage="pretrain_gpt", hub_example="hf:gpt2",
+                        from_hub=lambda name: GPTLMHeadModel.from_pretrained(name).gpt.state_dict())
+        return model
+
+    def classify(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits, lm_logits = self.model(batch["input_ids"], batch["last"])
+        weight = self.hparams.get("lm_weight", 0.0)
+        if not self.training or not weight:
+            return logits, None
+        return logits, weight * lm_loss(lm_logits, batch["lm_labels"])
