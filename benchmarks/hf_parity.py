@@ -1,10 +1,15 @@
-"""This project's BERT against Hugging Face `transformers`' BertForPreTraining, same weights.
+"""This project's BERT and GPT against Hugging Face `transformers`' BertForPreTraining and
+GPT2LMHeadModel, same weights.
 
-    python benchmarks/hf_parity.py --out results.json [--size mini] [--repeat 3] [--steps 20]
-                                   [--warmup 2] [--batch-size 32] [--seq-len 128]
+    python benchmarks/hf_parity.py --out results.json [--models both] [--size mini] [--gpt-size mini]
+                                   [--repeat 3] [--steps 20] [--warmup 2] [--batch-size 32]
+                                   [--seq-len 128]
 
-A randomly initialised `transformers.BertForPreTraining` of the named size (vocabulary 8,000,
-512 positions; nothing is downloaded) is converted with `from_hf_state_dict` into ours.
+`--models` picks bert, gpt or both (default); each writes only its own keys.
+
+BERT: a randomly initialised `transformers.BertForPreTraining` of the named size (`--size`;
+vocabulary 8,000, 512 positions; nothing is downloaded) is converted with `from_hf_state_dict`
+into ours.
 
 Parity: both in eval mode on one random batch with segment ids and padded rows; writes the
 largest absolute difference over last hidden states, MLM logits and NSP logits
@@ -18,6 +23,21 @@ projection only at the chosen positions (ours: `mlm_positions=`; Hugging Face: `
 `--repeat` repeats starts both from the same weights and has them take turns step by step;
 writes tokens/second (batch * seq_len * steps / seconds; medians over repeats), the median
 of the per-repeat ratio ours/HF, and the median of the per-step ratio (`..._by_step`).
+
+GPT: a randomly initialised `transformers.GPT2LMHeadModel` of one of our GPT's named sizes
+(`--gpt-size`; pre-norm, vocabulary 8,000, 512 positions, gelu_new = ours' gelu_tanh, dropout
+0.1 on embeddings, attention probabilities and sublayer outputs, LM head tied to the token
+embedding) is converted with `transformer_lab.models.gpt.from_hf_state_dict` into ours.
+
+Parity: both in eval mode on one random batch of token ids (no padding; causal); writes the
+largest absolute difference of the next-token logits (`gpt_max_abs_diff`, `gpt_parity`).
+
+Throughput: as for BERT (same --repeat, --steps, --warmup, --batch-size, --seq-len, turns
+and medians), with the next-token cross-entropy over every position that has a next token as
+the loss, computed the same way for both from the full logits (ours: `model(ids)`; Hugging
+Face: `model(input_ids=ids).logits`); writes `gpt_ours_tokens_per_s`, `gpt_hf_tokens_per_s`,
+`gpt_ours_to_hf_speed`, `gpt_ours_to_hf_speed_by_step` and `gpt_all_speeds`, with the GPT
+settings under `settings["gpt"]`.
 """
 
 from __future__ import annotations
@@ -37,7 +57,10 @@ VOCAB_SIZE = 8000
 MAX_POSITIONS = 512
 MASK_PROB = 0.15
 LR = 1e-4
-DROPOUT = 0.1  # BERT's, on embeddings, attention probabilities and sublayer outputs
+DROPOUT = 0.1  # BERT's and GPT-2's, on embeddings, attention probabilities and sublayer outputs
+THREADS = 2
+TIMING = ("per repeat: fresh copies of the same weights, warmup steps, then steps with "
+          "ours and hf taking turns step by step (first mover swapping)")
 
 
 def reference_config(size: str, dropout: float):
@@ -54,16 +77,44 @@ def reference_config(size: str, dropout: float):
                         layer_norm_eps=1e-12, pad_token_id=0)
 
 
-def paired_models(hf_config, hf_state: dict):
+def reference_gpt_config(size: str, dropout: float):
+    """A `transformers.GPT2Config` of one of this project's named (pre-norm) GPT sizes."""
+    from transformers import GPT2Config
+
+    from transformer_lab.models.gpt import SIZES
+
+    layers, hidden, heads, norm_first = SIZES[size]
+    if not norm_first:
+        raise ValueError(f"GPT size {size!r} is post-norm (GPT-1); GPT-2 is pre-norm")
+    # bos/eos inside the vocabulary (the default 50256 is not), else transformers warns
+    return GPT2Config(vocab_size=VOCAB_SIZE, n_positions=MAX_POSITIONS, n_embd=hidden, n_layer=layers,
+                      n_head=heads, n_inner=4 * hidden, activation_function="gelu_new",
+                      resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+                      layer_norm_epsilon=1e-5, bos_token_id=0, eos_token_id=0)
+
+
+def hf_class(kind: str):
+    """Hugging Face's model class for kind "bert" or "gpt"."""
+    if kind == "bert":
+        from transformers import BertForPreTraining
+        return BertForPreTraining
+    from transformers import GPT2LMHeadModel
+    return GPT2LMHeadModel
+
+
+def paired_models(hf_config, hf_state: dict, kind: str = "bert"):
     """(ours, theirs), both holding exactly hf_state's weights (separate copies)."""
-    from transformers import BertForPreTraining as HFBertForPreTraining
+    if kind == "bert":
+        from transformer_lab.models import bert as module
+        ours_class = module.BertForPreTraining
+    else:
+        from transformer_lab.models import gpt as module
+        ours_class = module.GPTLMHeadModel
 
-    from transformer_lab.models.bert import BertForPreTraining, config_from_hf, from_hf_state_dict
-
-    theirs = HFBertForPreTraining(hf_config)
+    theirs = hf_class(kind)(hf_config)
     theirs.load_state_dict(hf_state, strict=True)
-    ours = BertForPreTraining(config_from_hf(hf_config))
-    ours.load_state_dict(from_hf_state_dict(hf_state), strict=True)
+    ours = ours_class(module.config_from_hf(hf_config))
+    ours.load_state_dict(module.from_hf_state_dict(hf_state), strict=True)
     return ours, theirs
 
 
@@ -90,6 +141,13 @@ def random_batch(generator, batch_size: int, seq_len: int, padded: bool) -> dict
             "is_next": torch.randint(0, 2, (batch_size,), generator=generator)}
 
 
+def random_gpt_batch(generator, batch_size: int, seq_len: int) -> dict:
+    """Random token ids over the whole vocabulary, full length (a causal LM needs no padding)."""
+    import torch
+
+    return {"input_ids": torch.randint(0, VOCAB_SIZE, (batch_size, seq_len), generator=generator)}
+
+
 def parity(ours, theirs, batch: dict) -> dict[str, float]:
     import torch
 
@@ -102,6 +160,17 @@ def parity(ours, theirs, batch: dict) -> dict[str, float]:
     return {"hidden": (hidden - ref.hidden_states[-1]).abs().max().item(),
             "mlm_logits": (mlm - ref.prediction_logits).abs().max().item(),
             "nsp_logits": (nsp - ref.seq_relationship_logits).abs().max().item()}
+
+
+def gpt_parity(ours, theirs, batch: dict) -> dict[str, float]:
+    import torch
+
+    ours.eval()
+    theirs.eval()
+    with torch.no_grad():
+        logits = ours(batch["input_ids"])
+        ref = theirs(input_ids=batch["input_ids"]).logits
+    return {"logits": (logits - ref).abs().max().item()}
 
 
 def ours_logits(model, batch: dict):
@@ -119,14 +188,49 @@ def hf_logits(model, batch: dict):
             model.cls.seq_relationship(out.pooler_output))
 
 
+def bert_loss(mlm, nsp, batch: dict):
+    """MLM cross-entropy at the chosen positions plus NSP cross-entropy."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(mlm, batch["mlm_targets"]) + F.cross_entropy(nsp, batch["is_next"])
+
+
+def ours_bert_loss(model, batch: dict):
+    return bert_loss(*ours_logits(model, batch), batch)
+
+
+def hf_bert_loss(model, batch: dict):
+    return bert_loss(*hf_logits(model, batch), batch)
+
+
+def next_token_loss(logits, input_ids):
+    """Cross-entropy of predicting token t+1 from positions <= t, over every position that has one."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1))
+
+
+def ours_gpt_loss(model, batch: dict):
+    return next_token_loss(model(batch["input_ids"]), batch["input_ids"])
+
+
+def hf_gpt_loss(model, batch: dict):
+    # no labels=: HF would shift and average itself; the loss is computed here, as for ours
+    return next_token_loss(model(input_ids=batch["input_ids"]).logits, batch["input_ids"])
+
+
+RUNNERS = {"bert": {"ours": ours_bert_loss, "hf": hf_bert_loss},
+           "gpt": {"ours": ours_gpt_loss, "hf": hf_gpt_loss}}
+
+
 def step_seconds(models: dict, runners: dict, batches: list[dict], warmup: int, steps: int) -> dict[str, list[float]]:
     """Seconds of each of `steps` training steps per model, after `warmup` untimed ones.
 
-    The models take turns step by step (who goes first swaps every step), so that load from
-    other processes on the machine falls on both alike; batches are reused in turn.
+    runners[name](model, batch) returns the loss of one forward. The models take turns step by
+    step (who goes first swaps every step), so that load from other processes on the machine
+    falls on both alike; batches are reused in turn.
     """
     import torch
-    import torch.nn.functional as F
 
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=LR) for name, model in models.items()}
     for model in models.values():
@@ -137,8 +241,7 @@ def step_seconds(models: dict, runners: dict, batches: list[dict], warmup: int, 
         batch = batches[step % len(batches)]
         for name in names if step % 2 == 0 else names[::-1]:
             start = time.perf_counter()
-            mlm, nsp = runners[name](models[name], batch)
-            loss = F.cross_entropy(mlm, batch["mlm_targets"]) + F.cross_entropy(nsp, batch["is_next"])
+            loss = runners[name](models[name], batch)
             loss.backward()
             optimizers[name].step()
             optimizers[name].zero_grad()
@@ -147,10 +250,106 @@ def step_seconds(models: dict, runners: dict, batches: list[dict], warmup: int, 
     return seconds
 
 
+def throughput(kind: str, hf_config, initial: dict, batches: list[dict], args) -> tuple[dict, list[float]]:
+    """Tokens/second per repeat for ours and hf, and the per-step ratios hf seconds / ours seconds."""
+    tokens = args.batch_size * args.seq_len * args.steps
+    speeds, step_ratios = {"ours": [], "hf": []}, []
+    for repeat in range(args.repeat):
+        models = dict(zip(["ours", "hf"], paired_models(hf_config, initial, kind)))  # same start each repeat
+        seconds = step_seconds(models, RUNNERS[kind], batches, args.warmup, args.steps)
+        for name in speeds:
+            speeds[name].append(tokens / sum(seconds[name]))
+        step_ratios += [h / o for o, h in zip(seconds["ours"], seconds["hf"])]
+        print(f"{kind} repeat {repeat + 1}: ours {speeds['ours'][-1]:,.0f} tokens/s, "
+              f"hf {speeds['hf'][-1]:,.0f} tokens/s", flush=True)
+    return speeds, step_ratios
+
+
+def speed_results(prefix: str, speeds: dict, step_ratios: list[float]) -> dict:
+    return {
+        f"{prefix}_ours_tokens_per_s": round(statistics.median(speeds["ours"])),
+        f"{prefix}_hf_tokens_per_s": round(statistics.median(speeds["hf"])),
+        # Within a repeat both train step by step in turn, so the ratio cancels load that changes over time.
+        f"{prefix}_ours_to_hf_speed": round(statistics.median(o / h for o, h in zip(speeds["ours"], speeds["hf"])), 3),
+        # The same from adjacent steps: a burst of load that falls on a few of one model's
+        # steps moves this less (the machine is shared).
+        f"{prefix}_ours_to_hf_speed_by_step": round(statistics.median(step_ratios), 3),
+    }
+
+
+def all_speeds(speeds: dict) -> dict:
+    return {name: [round(s) for s in values] for name, values in speeds.items()}
+
+
+def run_bert(args) -> tuple[dict, dict]:
+    """BERT's result keys and settings."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    generator = torch.Generator().manual_seed(args.seed)
+    hf_config = reference_config(args.size, DROPOUT)
+    initial = hf_class("bert")(hf_config).state_dict()  # HF's own random initialisation
+
+    ours, theirs = paired_models(hf_config, initial, "bert")
+    diffs = parity(ours, theirs, random_batch(generator, args.batch_size, args.seq_len, padded=True))
+    print(f"bert parity: {diffs}", flush=True)
+
+    batches = [random_batch(generator, args.batch_size, args.seq_len, padded=False) for _ in range(4)]
+    speeds, step_ratios = throughput("bert", hf_config, initial, batches, args)
+    result = {"bert_max_abs_diff": max(diffs.values()), "parity": diffs,
+              **speed_results("bert", speeds, step_ratios), "all_speeds": all_speeds(speeds)}
+    settings = {
+        "layers_hidden_heads": [hf_config.num_hidden_layers, hf_config.hidden_size, hf_config.num_attention_heads],
+        "dropout": DROPOUT, "mlm_prob": MASK_PROB,
+        "mlm_loss": "vocabulary projection at the chosen positions only, for both "
+                    "(ours: mlm_positions=; hf: hf.bert -> hf.cls.predictions(hidden[chosen]), "
+                    "hf.cls.seq_relationship(pooled))",
+        "attention_mask": "all-true boolean mask while training (ours: bool; hf: long)",
+        "hf_attn_implementation": theirs.config._attn_implementation,
+        "params": sum(p.numel() for p in ours.parameters()),
+    }
+    return result, settings
+
+
+def run_gpt(args) -> tuple[dict, dict]:
+    """GPT's result keys and its settings (settings["gpt"])."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    generator = torch.Generator().manual_seed(args.seed)
+    hf_config = reference_gpt_config(args.gpt_size, DROPOUT)
+    initial = hf_class("gpt")(hf_config).state_dict()  # HF's own random initialisation
+
+    ours, theirs = paired_models(hf_config, initial, "gpt")
+    diffs = gpt_parity(ours, theirs, random_gpt_batch(generator, args.batch_size, args.seq_len))
+    print(f"gpt parity: {diffs}", flush=True)
+
+    batches = [random_gpt_batch(generator, args.batch_size, args.seq_len) for _ in range(4)]
+    speeds, step_ratios = throughput("gpt", hf_config, initial, batches, args)
+    result = {"gpt_max_abs_diff": max(diffs.values()), "gpt_parity": diffs,
+              **speed_results("gpt", speeds, step_ratios), "gpt_all_speeds": all_speeds(speeds)}
+    settings = {
+        "size": args.gpt_size, "vocab_size": VOCAB_SIZE, "max_positions": hf_config.n_positions,
+        "layers_hidden_heads": [hf_config.n_layer, hf_config.n_embd, hf_config.n_head],
+        "norm_first": True, "activation": "hf gelu_new = ours gelu_tanh",
+        "dropout": DROPOUT, "optimizer": f"AdamW lr={LR}", "threads": THREADS,
+        "lm_loss": "next-token cross-entropy over positions 0..seq_len-2, full vocabulary projection, "
+                   "computed the same way for both (ours: model(ids); hf: model(input_ids=ids).logits)",
+        "tied_lm_head": True, "timing": TIMING,
+        "hf_attn_implementation": theirs.config._attn_implementation,
+        "params": sum(p.numel() for p in ours.parameters()),
+    }
+    return result, settings
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON file to write")
-    parser.add_argument("--size", choices=["tiny", "mini", "small"], default="mini")
+    parser.add_argument("--models", choices=["bert", "gpt", "both"], default="both",
+                        help="which comparisons to run (default: both)")
+    parser.add_argument("--size", choices=["tiny", "mini", "small"], default="mini", help="BERT size")
+    parser.add_argument("--gpt-size", choices=["tiny", "mini"], default="mini",
+                        help="GPT size (transformer_lab.models.gpt.SIZES)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20, help="timed training steps per model per repeat")
     parser.add_argument("--warmup", type=int, default=2, help="untimed training steps before them")
@@ -165,63 +364,27 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import transformers
-    from transformers import BertForPreTraining as HFBertForPreTraining
 
     from transformer_lab.utils.io import atomic_write_json
 
     load_before = os.getloadavg()[0]
-    torch.set_num_threads(2)
-    torch.manual_seed(args.seed)
-    generator = torch.Generator().manual_seed(args.seed)
-    hf_config = reference_config(args.size, DROPOUT)
-    initial = HFBertForPreTraining(hf_config).state_dict()  # HF's own random initialisation
+    torch.set_num_threads(THREADS)
+    result = {}
+    settings = {**vars(args), "vocab_size": VOCAB_SIZE, "max_positions": MAX_POSITIONS,
+                "optimizer": f"AdamW lr={LR}", "threads": THREADS, "timing": TIMING}
+    if args.models in ("bert", "both"):
+        bert_result, bert_settings = run_bert(args)
+        result.update(bert_result)
+        settings.update(bert_settings)
+    if args.models in ("gpt", "both"):
+        gpt_result, settings["gpt"] = run_gpt(args)
+        result.update(gpt_result)
 
-    ours, theirs = paired_models(hf_config, initial)
-    diffs = parity(ours, theirs, random_batch(generator, args.batch_size, args.seq_len, padded=True))
-    print(f"parity: {diffs}", flush=True)
-
-    batches = [random_batch(generator, args.batch_size, args.seq_len, padded=False) for _ in range(4)]
-    tokens = args.batch_size * args.seq_len * args.steps
-    speeds, step_ratios = {"ours": [], "hf": []}, []
-    runners = {"ours": ours_logits, "hf": hf_logits}
-    for repeat in range(args.repeat):
-        models = dict(zip(["ours", "hf"], paired_models(hf_config, initial)))  # same start each repeat
-        seconds = step_seconds(models, runners, batches, args.warmup, args.steps)
-        for name in speeds:
-            speeds[name].append(tokens / sum(seconds[name]))
-        step_ratios += [h / o for o, h in zip(seconds["ours"], seconds["hf"])]
-        print(f"repeat {repeat + 1}: ours {speeds['ours'][-1]:,.0f} tokens/s, hf {speeds['hf'][-1]:,.0f} tokens/s",
-              flush=True)
-
-    result = {
-        "bert_max_abs_diff": max(diffs.values()),
-        "parity": diffs,
-        "bert_ours_tokens_per_s": round(statistics.median(speeds["ours"])),
-        "bert_hf_tokens_per_s": round(statistics.median(speeds["hf"])),
-        # Within a repeat both train step by step in turn, so the ratio cancels load that changes over time.
-        "bert_ours_to_hf_speed": round(statistics.median(o / h for o, h in zip(speeds["ours"], speeds["hf"])), 3),
-        # The same from adjacent steps: a burst of load that falls on a few of one model's
-        # steps moves this less (the machine is shared).
-        "bert_ours_to_hf_speed_by_step": round(statistics.median(step_ratios), 3),
-        "all_speeds": {name: [round(s) for s in values] for name, values in speeds.items()},
-        "settings": {
-            **vars(args), "vocab_size": VOCAB_SIZE, "max_positions": MAX_POSITIONS,
-            "layers_hidden_heads": [hf_config.num_hidden_layers, hf_config.hidden_size, hf_config.num_attention_heads],
-            "dropout": DROPOUT, "mlm_prob": MASK_PROB, "optimizer": f"AdamW lr={LR}", "threads": 2,
-            "mlm_loss": "vocabulary projection at the chosen positions only, for both "
-                        "(ours: mlm_positions=; hf: hf.bert -> hf.cls.predictions(hidden[chosen]), "
-                        "hf.cls.seq_relationship(pooled))",
-            "attention_mask": "all-true boolean mask while training (ours: bool; hf: long)",
-            "timing": "per repeat: fresh copies of the same weights, warmup steps, then steps with "
-                      "ours and hf taking turns step by step (first mover swapping)",
-            "hf_attn_implementation": theirs.config._attn_implementation,
-            "params": sum(p.numel() for p in ours.parameters()),
-        },
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-                    "transformers": transformers.__version__,
-                    # other work on the machine slows both; the ratio is the robust figure
-                    "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
-    }
+    result["settings"] = settings
+    result["machine"] = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+                         "transformers": transformers.__version__,
+                         # other work on the machine slows both; the ratio is the robust figure
+                         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     atomic_write_json(args.out, result)
     print({k: v for k, v in result.items() if not isinstance(v, dict)})
     return 0

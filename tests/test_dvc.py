@@ -47,6 +47,9 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     for key, old, new in [("n_train", "3000", "300"), ("n_validation", "300", "60"), ("n_test", "300", "60")]:
         set_param(conf / "data" / "qa.yaml", key, old, new)
     set_param(conf / "data" / "bert_pretraining.yaml", "max_documents", "null", "60")
+    set_param(conf / "experiment" / "gpt_pretrain.yaml", "max_epochs", "3", "1")
+    set_param(conf / "data" / "gpt_pretraining.yaml", "samples_per_epoch", "6400", "320")
+    set_param(conf / "experiment" / "gpt_sentiment.yaml", "max_epochs", "10", "1")
     for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
@@ -56,7 +59,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
                                                        "pretrain_bert", "finetune_sentiment", "finetune_pairs",
-                                                       "finetune_atis", "finetune_qa"])
+                                                       "finetune_atis", "finetune_qa", "pretrain_gpt",
+                                                       "generate_gpt", "finetune_gpt_sentiment"])
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
@@ -78,6 +82,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                                                  "finetune_sentiment", "pretrain_bert"]
     sentiment = json.loads((project / "artifacts/bert/sentiment/metrics.json").read_text())
     assert 0 <= sentiment["test/acc"] <= 1
+    samples = json.loads((project / "artifacts/gpt/samples/samples.json").read_text())
+    assert len(samples["samples"]) == 3 and samples["new_tokens"] > 0
 
     shown = json.loads(dvc(project, "exp", "show", "--json").stdout)
     workspace = next(e for e in shown if e["rev"] == "workspace")["data"]
@@ -102,4 +108,11 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     # JointBERT sits in the same experiment as the from-scratch encoder, to compare in the UI
     bert_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "finetune_atis"]
     assert len(bert_runs) == 2 and all("test/slot_f1" in r.data.metrics for r in bert_runs)
+    # BERT and GPT fine-tuned on the same sentiment split sit side by side in one experiment
+    sentiment_runs = client.search_runs([client.get_experiment_by_name("sentiment").experiment_id])
+    assert {r.data.tags.get("dvc_stage") for r in sentiment_runs} == {"finetune_sentiment", "finetune_gpt_sentiment"}
+    [pretrain_gpt] = client.search_runs([client.get_experiment_by_name("gpt_pretrain").experiment_id])
+    assert "val/perplexity" in pretrain_gpt.data.metrics
+    assert {a.path for a in client.list_artifacts(pretrain_gpt.info.run_id, "samples")} == {
+        "samples/samples.json", "samples/samples.txt"}
     assert (project / "mlruns").is_dir()  # artifacts beside the store, inside the project

@@ -15,13 +15,13 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(ap
 class FeedForward(nn.Module):
     """Position-wise feed-forward: the same two-layer MLP applied to every position."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; expected one of {sorted(ACTIVATIONS)}")
-        self.fc_in = nn.Linear(d_model, d_ff)
+        self.fc_in = nn.Linear(d_model, d_ff, bias=bias)
         self.act = ACTIVATIONS[activation]()
-        self.fc_out = nn.Linear(d_ff, d_model)
+        self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -40,13 +40,13 @@ class MixtureOfExperts(nn.Module):
     """
 
     def __init__(self, d_model: int, d_ff: int, n_experts: int = 4, top_k: int = 2, activation: str = "relu",
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if not 1 <= top_k <= n_experts:
             raise ValueError(f"moe_top_k={top_k} must be between 1 and n_experts={n_experts}")
         self.top_k = top_k
         self.router = nn.Linear(d_model, n_experts, bias=False)
-        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, activation, dropout) for _ in range(n_experts))
+        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, activation, dropout, bias) for _ in range(n_experts))
         self.aux_loss = torch.zeros(())
         self.last_choice: torch.Tensor | None = None  # (tokens, top_k) expert ids, for inspection
 
@@ -85,19 +85,21 @@ class TransformerBlock(nn.Module):
         ffn: str = "dense",
         n_experts: int = 4,
         moe_top_k: int = 2,
+        bias: bool = True,
     ):
-        """ffn: "dense" (one feed-forward) or "moe" (n_experts of them, each token routed to moe_top_k)."""
+        """ffn: "dense" (one feed-forward) or "moe" (n_experts of them, each token routed to moe_top_k).
+        bias=False drops the additive biases of every linear layer and LayerNorm."""
         super().__init__()
         self.norm_first = norm_first
-        self.attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout)
-        self.ln1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout, bias=bias)
+        self.ln1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         if ffn == "dense":
-            self.mlp = FeedForward(d_model, d_ff, activation, dropout)
+            self.mlp = FeedForward(d_model, d_ff, activation, dropout, bias)
         elif ffn == "moe":
-            self.mlp = MixtureOfExperts(d_model, d_ff, n_experts, moe_top_k, activation, dropout)
+            self.mlp = MixtureOfExperts(d_model, d_ff, n_experts, moe_top_k, activation, dropout, bias)
         else:
             raise ValueError(f"ffn={ffn!r}; expected 'dense' or 'moe'")
-        self.ln2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.ln2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(

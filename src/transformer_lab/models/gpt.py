@@ -65,6 +65,7 @@ class GPTConfig:
     ffn: str = "dense"  # dense | moe
     n_experts: int = 4
     moe_top_k: int = 2
+    bias: bool = True  # False: no biases in linear layers and LayerNorms
     eos_id: int | None = None  # end-of-text: generation stops there
 
     def __post_init__(self):
@@ -99,10 +100,11 @@ class GPTModel(nn.Module):
         self.blocks = nn.ModuleList(
             TransformerBlock(config.d_model, config.n_heads, config.d_ff, config.dropout, config.activation,
                              norm_first=config.norm_first, layer_norm_eps=config.layer_norm_eps, ffn=config.ffn,
-                             n_experts=config.n_experts, moe_top_k=config.moe_top_k)
+                             n_experts=config.n_experts, moe_top_k=config.moe_top_k, bias=config.bias)
             for _ in range(config.n_layers)
         )
-        self.final_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.final_norm = (nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
+                           if config.norm_first else None)
 
     def forward(self, input_ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
         """caches: one KVCache per block holding the earlier positions (generation); input_ids
@@ -134,7 +136,8 @@ def init_gpt_weights(model: nn.Module, n_layers: int) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
     for name, parameter in model.named_parameters():
         if name.endswith(("attn.out.weight", "fc_out.weight")):
             nn.init.normal_(parameter, std=0.02 / math.sqrt(2 * n_layers))

@@ -1,0 +1,245 @@
+"""The public CPU reference run for a character-level GPT on Tiny Shakespeare, with this project's
+GPT trained through its Lightning task, and Hugging Face's GPT2LMHeadModel timed on the same recipe.
+
+    python benchmarks/gpt_shakespeare.py --data ../shared/data/tinyshakespeare/input.txt --out FILE.json
+                                         [--iters 2000] [--hf-iters 200] [--threads 2] [--seed 0]
+                                         [--no-bias] [--activation gelu] [--hf-same-start]
+
+Recipe (the well-known CPU settings for this data set): 4 layers, 4 heads, 128 wide, context 64,
+batch 12, 2,000 iterations, AdamW lr 1e-3 with 100 warm-up steps then cosine decay to 1e-4,
+betas (0.9, 0.99), weight decay 0.1, gradient clipping 1.0, no dropout; the last 10% of the
+characters held out. Characters are encoded by the project's char tokenizer (trained on the
+training 90%).
+
+Ours: `LanguageModelDataModule` + `GPTPretrainingTask` + a Lightning `Trainer` (no logger, no
+checkpoints, no progress bar; clipping by the trainer), exactly as `pipelines/train.py` builds
+them. Writes
+    val_loss          mean next-token cross-entropy over every non-overlapping 64-character
+                      block of the held-out 10% (after training)
+    train_seconds     wall time of `Trainer.fit` (setup included)
+    seconds_per_iter  steady-state seconds per training iteration (iterations 10 .. end,
+                      Lightning's own per-step work included)
+    params            trainable parameters
+and `hf_seconds_per_iter`: `transformers.GPT2LMHeadModel` configured identically (pre-norm,
+learned positions, tied head, tanh GELU, no dropout) trained with the same optimiser, schedule
+and clipping in a plain PyTorch loop for --hf-iters iterations on the batches ours draws with
+the same seed, timed the same way (iterations 10 .. end); also `hf_val_loss` on the same
+held-out blocks after its --hf-iters iterations (its schedule spans those iterations). With
+--hf-iters 2000 that is the recipe's reference loss from an implementation nobody here wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("PROJECT_ROOT", str(ROOT))
+
+RECIPE = {"n_layers": 4, "n_heads": 4, "d_model": 128, "block_size": 64, "batch_size": 12, "lr": 1e-3,
+          "min_lr": 1e-4, "warmup_steps": 100, "betas": (0.9, 0.99), "weight_decay": 0.1, "grad_clip": 1.0,
+          "dropout": 0.0, "val_fraction": 0.1}
+TIMED_FROM = 10  # iterations before this one are warm-up (allocator, first-call overheads)
+
+
+def encode_corpus(text: str, out_dir: Path) -> int:
+    """The project's char tokenizer trained on the first 90%; train.npy / validation.npy as
+    `train_tokenizers` writes them. Returns the vocabulary size."""
+    import numpy as np
+
+    from transformer_lab.data.tokenizers import train_tokenizer
+
+    split = int(len(text) * (1 - RECIPE["val_fraction"]))
+    tokenizer = train_tokenizer("char", [text[:split]], vocab_size=1000)
+    tokenizer.save(str(out_dir / "tokenizer.json"))
+    for name, part in (("train", text[:split]), ("validation", text[split:])):
+        lines = part.splitlines(keepends=True)
+        ids = [i for encoding in tokenizer.encode_batch(lines, add_special_tokens=False) for i in encoding.ids]
+        np.save(out_dir / f"{name}.npy", np.array(ids, dtype=np.uint16))
+    return tokenizer.get_vocab_size()
+
+
+class IterationClock:
+    """A Lightning callback: the time at the start of iteration TIMED_FROM and at the end of the last."""
+
+    def __init__(self):
+        from lightning.pytorch.callbacks import Callback
+
+        clock = self
+
+        class _Callback(Callback):
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+                if trainer.global_step == TIMED_FROM:
+                    clock.start = time.perf_counter()
+
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                clock.end, clock.steps = time.perf_counter(), trainer.global_step
+
+        self.callback = _Callback()
+        self.start = self.end = 0.0
+        self.steps = 0
+
+    def seconds_per_iter(self) -> float:
+        return (self.end - self.start) / (self.steps - TIMED_FROM)
+
+
+def train_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: str) -> tuple[dict, dict]:
+    """Ours' results and its initial weights."""
+    import lightning as L
+
+    from transformer_lab.data.gpt import LanguageModelDataModule
+    from transformer_lab.models.gpt import GPTConfig
+    from transformer_lab.tasks.gpt import GPTPretrainingTask
+
+    L.seed_everything(seed, verbose=False)
+    datamodule = LanguageModelDataModule(str(data_dir), block_size=RECIPE["block_size"],
+                                         batch_size=RECIPE["batch_size"], eval_batch_size=256,
+                                         samples_per_epoch=iters * RECIPE["batch_size"], seed=seed)
+    config = GPTConfig(size="tiny", n_layers=RECIPE["n_layers"], n_heads=RECIPE["n_heads"],
+                       d_model=RECIPE["d_model"], norm_first=True, max_len=RECIPE["block_size"],
+                       dropout=RECIPE["dropout"], bias=bias, activation=activation, **datamodule.model_kwargs())
+    task = GPTPretrainingTask(config.to_dict(), lr=RECIPE["lr"], weight_decay=RECIPE["weight_decay"],
+                              betas=RECIPE["betas"], warmup_steps=RECIPE["warmup_steps"],
+                              min_lr_ratio=RECIPE["min_lr"] / RECIPE["lr"])
+    initial = {name: tensor.clone() for name, tensor in task.model.state_dict().items()}
+    clock = IterationClock()
+    trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        num_sanity_val_steps=0, gradient_clip_val=RECIPE["grad_clip"], callbacks=[clock.callback],
+                        default_root_dir=tempfile.mkdtemp())
+    start = time.perf_counter()
+    trainer.fit(task, datamodule=datamodule)
+    train_seconds = time.perf_counter() - start
+
+    start = time.perf_counter()
+    evaluator = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                          enable_model_summary=False, default_root_dir=tempfile.mkdtemp())
+    val_loss = evaluator.validate(task, datamodule=datamodule, verbose=False)[0]["val/loss"]
+    return {"val_loss": round(float(val_loss), 4), "train_seconds": round(train_seconds, 1),
+            "seconds_per_iter": round(clock.seconds_per_iter(), 5), "iters": trainer.global_step,
+            "eval_seconds": round(time.perf_counter() - start, 1), "val_blocks": len(datamodule.val_set),
+            "params": sum(p.numel() for p in task.model.parameters())}, initial
+
+
+def time_hf(data_dir: Path, vocab_size: int, iters: int, seed: int, start_state: dict | None = None) -> dict:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from transformer_lab.data.gpt import LanguageModelDataModule
+    from transformer_lab.models.gpt import to_hf_state_dict
+    from transformer_lab.tasks.schedules import adamw_with_warmup
+
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=vocab_size, n_positions=RECIPE["block_size"], n_embd=RECIPE["d_model"],
+                        n_layer=RECIPE["n_layers"], n_head=RECIPE["n_heads"], resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(config).train()
+    if start_state is not None:  # ours' initial weights, converted
+        _, unexpected = model.load_state_dict(to_hf_state_dict(start_state), strict=False)
+        assert not unexpected, unexpected
+    # the optimiser and schedule ours gets from its task
+    optimization = adamw_with_warmup(model, RECIPE["lr"], RECIPE["weight_decay"], iters, RECIPE["warmup_steps"],
+                                     RECIPE["betas"], decay="cosine", min_ratio=RECIPE["min_lr"] / RECIPE["lr"])
+    optimizer, scheduler = optimization["optimizer"], optimization["lr_scheduler"]["scheduler"]
+    # the batches ours draws with the same seed (the same sampler), in the same order
+    datamodule = LanguageModelDataModule(str(data_dir), block_size=RECIPE["block_size"],
+                                         batch_size=RECIPE["batch_size"], samples_per_epoch=iters * RECIPE["batch_size"],
+                                         seed=seed)
+    datamodule.setup()
+    block = RECIPE["block_size"]
+    start = 0.0
+    for step, batch in enumerate(datamodule.train_dataloader()):
+        if step == TIMED_FROM:
+            start = time.perf_counter()
+        chunk = torch.cat([batch["input_ids"], batch["labels"][:, -1:]], dim=1)
+        logits = model(input_ids=chunk[:, :-1]).logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), RECIPE["grad_clip"])
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    seconds_per_iter = (time.perf_counter() - start) / (iters - TIMED_FROM)
+
+    model.eval()
+    validation = torch.from_numpy(np.load(data_dir / "validation.npy").astype(np.int64))
+    starts = range(0, len(validation) - block, block)  # the blocks ours is scored on
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for first in range(0, len(starts), 256):
+            chunk = torch.stack([validation[o:o + block + 1] for o in starts[first:first + 256]])
+            logits = model(input_ids=chunk[:, :-1]).logits
+            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1),
+                                     reduction="sum").item()
+            count += chunk[:, 1:].numel()
+    return {"hf_seconds_per_iter": round(seconds_per_iter, 5), "hf_iters": iters,
+            # after --hf-iters iterations with the schedule stretched over them
+            "hf_val_loss": round(total / count, 4), "hf_last_train_loss": round(loss.item(), 4),
+            "hf_params": sum(p.numel() for p in model.parameters()),
+            "hf_attn_implementation": model.config._attn_implementation}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="the Tiny Shakespeare text (input.txt)")
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--iters", type=int, default=2000, help="training iterations of ours")
+    parser.add_argument("--hf-iters", type=int, default=200, help="timed iterations of transformers' GPT-2")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads for both")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bias", action=argparse.BooleanOptionalAction, default=True,
+                        help="biases in our linear layers and LayerNorms (transformers' GPT-2 always has them)")
+    parser.add_argument("--activation", choices=["gelu", "gelu_tanh"], default="gelu_tanh",
+                        help="our feed-forward GELU: exact or tanh approximation (GPT-2's, = transformers' gelu_new)")
+    parser.add_argument("--hf-same-start", action="store_true",
+                        help="start transformers' GPT-2 from ours' initial weights (needs --bias and "
+                             "--activation gelu_tanh); with --hf-iters = --iters both then see the same "
+                             "weights and batches, and hf_val_loss shows what is left (float order)")
+    args = parser.parse_args(argv)
+    if args.hf_same_start and (not args.bias or args.activation != "gelu_tanh"):
+        parser.error("--hf-same-start needs --bias and --activation gelu_tanh (transformers' GPT-2 has both)")
+    if min(args.iters, args.hf_iters) <= TIMED_FROM:
+        parser.error(f"--iters and --hf-iters must exceed {TIMED_FROM} (the untimed warm-up iterations)")
+    data = Path(args.data)
+    if not data.is_file():
+        parser.error(f"--data {data}: no such file (the set is in ../shared/data/tinyshakespeare)")
+
+    import torch
+    import transformers
+
+    from transformer_lab.utils.io import atomic_write_json
+
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0]
+    wall = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        encoded = Path(tmp)
+        vocab_size = encode_corpus(data.read_text(encoding="utf-8"), encoded)
+        ours, initial = train_ours(encoded, args.iters, args.seed, args.bias, args.activation)
+        print(f"ours: {ours}", flush=True)
+        hf = time_hf(encoded, vocab_size, args.hf_iters, args.seed, initial if args.hf_same_start else None)
+        print(f"hf: {hf}", flush=True)
+    result = {
+        **ours, **hf,
+        "ours_to_hf_time_per_iter": round(ours["seconds_per_iter"] / hf["hf_seconds_per_iter"], 3),
+        "wall_seconds": round(time.perf_counter() - wall, 1),
+        "vocab_size": vocab_size,
+        "settings": {**vars(args), **RECIPE, "timed_from_iteration": TIMED_FROM},
+        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+                    "transformers": transformers.__version__, "threads": args.threads,
+                    "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
+    }
+    atomic_write_json(args.out, result)
+    print({k: v for k, v in result.items() if not isinstance(v, dict)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
