@@ -236,6 +236,19 @@ def test_language_model_datamodule_streams_the_encoded_corpus(gpt_tokenizers):
     assert set(GPT_SPECIAL) <= set(dm.tokenizer.get_vocab())
 
 
+def test_mixture_of_experts_pretraining_logs_the_balance_loss(gpt_tokenizers, tmp_path):
+    dm = LanguageModelDataModule(str(gpt_tokenizers / "tokenizers" / "char"), block_size=16, batch_size=4,
+                                 samples_per_epoch=16, max_eval_blocks=4)
+    config = GPTConfig(n_layers=1, d_model=32, n_heads=2, max_len=16, ffn="moe", moe_top_k=1, **dm.model_kwargs())
+    task = GPTPretrainingTask(config.to_dict(), warmup_steps=1)
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(task, dm)
+    metrics = trainer.callback_metrics
+    assert metrics["train/moe_balance_loss_epoch"] >= 1.0 - 1e-6  # 1 = perfectly balanced
+    assert metrics["train/loss_epoch"] > metrics["train/lm_loss_epoch"]
+
+
 def test_tiny_gpt_pretraining_lowers_the_loss_and_generates(gpt_tokenizers, tmp_path):
     from transformer_lab.generate import generate
     from transformer_lab.train import train

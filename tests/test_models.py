@@ -17,7 +17,7 @@ def tiny_config(**kw) -> JointIntentSlotConfig:
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "rope"])
 def test_joint_model_shapes(norm_first, positional):
     model = JointIntentSlotModel(tiny_config(norm_first=norm_first, positional=positional)).eval()
     ids = torch.randint(3, 50, (4, 9))

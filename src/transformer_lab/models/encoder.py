@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from transformer_lab.models.blocks import TransformerBlock
-from transformer_lab.models.positional import positional_encoding
+from transformer_lab.models.positional import RotaryEmbedding, positional_encoding
 
 
 @dataclass
@@ -28,7 +28,7 @@ class EncoderConfig:
     dropout: float = 0.1
     activation: str = "relu"
     norm_first: bool = False
-    positional: str = "learned"  # learned | sinusoidal
+    positional: str = "learned"  # learned | sinusoidal | rope (rotary, on queries and keys)
     pad_id: int = 0
 
     def __post_init__(self):
@@ -50,7 +50,9 @@ class TransformerEncoder(nn.Module):
         nn.init.normal_(self.token_embedding.weight, std=config.d_model**-0.5)
         with torch.no_grad():
             self.token_embedding.weight[config.pad_id].zero_()
-        self.position = positional_encoding(config.positional, config.max_len, config.d_model)
+        rope = config.positional == "rope"
+        self.position = None if rope else positional_encoding(config.positional, config.max_len, config.d_model)
+        self.rotary = RotaryEmbedding(config.d_model // config.n_heads) if rope else None
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(
@@ -72,11 +74,13 @@ class TransformerEncoder(nn.Module):
         if length > self.config.max_len:
             raise ValueError(f"sequence of {length} tokens exceeds max_len={self.config.max_len}")
         # Scaled as in the 2017 paper (section 3.4).
-        x = self.token_embedding(input_ids) * math.sqrt(self.config.d_model) + self.position(length)
+        x = self.token_embedding(input_ids) * math.sqrt(self.config.d_model)
+        if self.position is not None:
+            x = x + self.position(length)
         x = self.dropout(x)
         all_weights = []
         for block in self.blocks:
-            x, weights = block(x, attention_mask, return_weights=return_weights)
+            x, weights = block(x, attention_mask, return_weights=return_weights, rotary=self.rotary)
             if return_weights:
                 all_weights.append(weights)
         return self.final_norm(x), all_weights

@@ -79,8 +79,10 @@ class GPTClassificationTask(SequenceClassificationTask):
     the two models' runs line up in MLflow."""
 
     def __init__(self, model_config: dict, labels: list[str], pretrained: str | None = None, lm_weight: float = 0.5,
-                 lr: float = 6.25e-5, weight_decay: float = 0.01, warmup_ratio: float = 0.002):
-        """pretrained: a `pretrain_gpt` checkpoint, "hf:NAME" (GPT-2 weights), or None for a random start."""
+                 lr: float = 6.25e-5, weight_decay: float = 0.01, warmup_ratio: float = 0.002,
+                 moe_aux_weight: float = 0.01):
+        """pretrained: a `pretrain_gpt` checkpoint, "hf:NAME" (GPT-2 weights), or None for a random start.
+        moe_aux_weight: weight of the load-balancing loss with model.ffn=moe."""
         super().__init__(model_config, labels, pretrained, lr, weight_decay, warmup_ratio)
         self.save_hyperparameters(logger=False)
 
@@ -92,7 +94,11 @@ class GPTClassificationTask(SequenceClassificationTask):
 
     def classify(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
         logits, lm_logits = self.model(batch["input_ids"], batch["last"])
-        weight = self.hparams.get("lm_weight", 0.0)
-        if not self.training or not weight:
+        if not self.training:
             return logits, None
-        return logits, weight * lm_loss(lm_logits, batch["lm_labels"])
+        auxiliary = []
+        if self.hparams.lm_weight:
+            auxiliary.append(self.hparams.lm_weight * lm_loss(lm_logits, batch["lm_labels"]))
+        if self.model.config.ffn == "moe":
+            auxiliary.append(self.hparams.moe_aux_weight * self.model.gpt.moe_aux_loss())
+        return logits, sum(auxiliary) if auxiliary else None
