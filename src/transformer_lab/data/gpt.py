@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from transformer_lab.data.bert import IGNORE_INDEX, truncate, truncate_pair
 from transformer_lab.data.corpus import read_documents
-from transformer_lab.data.text_classification import load_examples, split_examples
+from transformer_lab.data.text_classification import load_examples, split_examples, training_labels
 from transformer_lab.data.tokenizers import END_OF_TEXT, GPT_SPECIAL, load_tokenizer
 from transformer_lab.errors import DataError
 from transformer_lab.utils.io import decode_utf8
@@ -182,14 +182,12 @@ class GPTClassificationDataModule(L.LightningDataModule):
             else:
                 raise DataError(f"data.source={source!r}: multiple_choice reads next_sentence_choices or local (.jsonl)")
             self.splits = split_examples(examples, fractions, seed)
-            self.labels = [str(i) for i in range(max(len(e["choices"]) for e in examples))]
+            self.labels = [str(i) for i in range(max(len(e["choices"]) for e in examples))]  # answer positions
         else:
             self.splits = load_examples(source, seed=seed, fractions=fractions, local_path=local_path,
                                         columns=columns, hub_id=hub_id, hub_config=hub_config,
                                         prepared_dir=prepared_dir)
-            self.labels = sorted({e["label"] for e in self.splits["train"]})
-        if len(self.labels) < 2:
-            raise DataError(f"data.source={source}: the training split has {len(self.labels)} label(s); need 2 or more")
+            self.labels = training_labels(self.splits, source)
         self.features: dict[str, list[dict]] = {}
 
     def model_kwargs(self) -> dict:

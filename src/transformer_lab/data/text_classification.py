@@ -127,6 +127,14 @@ def load_examples(source: str, *, seed: int, fractions: tuple[float, float], loc
     raise DataError(f"data.source={source!r} is not one of sentiment, next_sentence, local, hub")
 
 
+def training_labels(splits: dict[str, list[dict]], source: str) -> list[str]:
+    """The sorted labels of the training split; fewer than two is an error."""
+    labels = sorted({e["label"] for e in splits["train"]})
+    if len(labels) < 2:
+        raise DataError(f"data.source={source}: the training split has {len(labels)} label(s); need 2 or more")
+    return labels
+
+
 class TextClassificationDataModule(L.LightningDataModule):
     """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with segment ids; long single inputs cut by
     `truncation` (head | tail | head_tail), pairs by BERT's longest-first rule."""
@@ -144,9 +152,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         self.splits = load_examples(source, seed=seed, fractions=(validation_fraction, test_fraction),
                                     local_path=local_path, columns=columns, hub_id=hub_id, hub_config=hub_config,
                                     prepared_dir=prepared_dir)
-        self.labels = sorted({e["label"] for e in self.splits["train"]})
-        if len(self.labels) < 2:
-            raise DataError(f"data.source={source}: the training split has {len(self.labels)} label(s); need 2 or more")
+        self.labels = training_labels(self.splits, source)
         self.features: dict[str, list[dict]] = {}
 
     def model_kwargs(self) -> dict:

@@ -3,8 +3,6 @@ and `load_pretrained_bert`, which every fine-tuning task uses to start from thes
 
 from __future__ import annotations
 
-import time
-
 import lightning as L
 import torch
 import torch.nn.functional as F
@@ -13,6 +11,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_warmup_linear
+from transformer_lab.tasks.throughput import TokenThroughput
 
 def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
     """Copy pre-trained encoder weights into `bert` (embeddings, blocks, pooler).
@@ -25,7 +24,7 @@ def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
                     from_hub=lambda name: BertForPreTraining.from_pretrained(name).bert.state_dict())
 
 
-class BertPretrainingTask(L.LightningModule):
+class BertPretrainingTask(TokenThroughput, L.LightningModule):
     def __init__(self, model_config: dict, lr: float = 1e-3, weight_decay: float = 0.01,
                  betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1):
         super().__init__()
@@ -36,7 +35,6 @@ class BertPretrainingTask(L.LightningModule):
             f"{stage}_{name}": metric for stage in ("train", "val")
             for name, metric in (("mlm_acc", MulticlassAccuracy(vocab, average="micro")),
                                  ("nsp_acc", MulticlassAccuracy(2, average="micro")))})
-        self._epoch_start, self._epoch_tokens = 0.0, 0
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         chosen = batch["mlm_labels"] != -100
@@ -61,13 +59,8 @@ class BertPretrainingTask(L.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self._step(batch, "train")
-        self._epoch_tokens += int(batch["attention_mask"].sum())
-        self.log_dict({"train/tokens_per_s": self._epoch_tokens / (time.perf_counter() - self._epoch_start),
-                       "train/lr": self.optimizers().param_groups[0]["lr"]}, on_step=True, on_epoch=False)
+        self.log_throughput(int(batch["attention_mask"].sum()))
         return loss
-
-    def on_train_epoch_start(self) -> None:
-        self._epoch_start, self._epoch_tokens = time.perf_counter(), 0
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._step(batch, "val")

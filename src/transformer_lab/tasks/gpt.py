@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import lightning as L
 import torch
@@ -16,6 +15,7 @@ from transformer_lab.models.gpt import GPTClassifierConfig, GPTConfig, GPTForSeq
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_with_warmup
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
+from transformer_lab.tasks.throughput import TokenThroughput
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -23,7 +23,7 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-class GPTPretrainingTask(L.LightningModule):
+class GPTPretrainingTask(TokenThroughput, L.LightningModule):
     """Next-token prediction. AdamW (decay on matrices), linear warm-up then cosine decay to
     min_lr_ratio × lr (GPT-1's schedule); gradient clipping is the trainer's gradient_clip_val.
     Logs loss, validation perplexity, tokens/second, the learning rate and, with model.ffn=moe,
@@ -35,7 +35,6 @@ class GPTPretrainingTask(L.LightningModule):
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.model = GPTLMHeadModel(GPTConfig(**model_config))
-        self._epoch_start, self._epoch_tokens = 0.0, 0
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids)
@@ -48,14 +47,9 @@ class GPTPretrainingTask(L.LightningModule):
             self.log("train/moe_balance_loss", balance, on_step=True, on_epoch=True, batch_size=size)
             self.log("train/lm_loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
             loss = loss + self.hparams.moe_aux_weight * balance
-        self._epoch_tokens += batch["input_ids"].numel()
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
-        self.log_dict({"train/tokens_per_s": self._epoch_tokens / (time.perf_counter() - self._epoch_start),
-                       "train/lr": self.optimizers().param_groups[0]["lr"]}, on_step=True, on_epoch=False)
+        self.log_throughput(batch["input_ids"].numel())
         return loss
-
-    def on_train_epoch_start(self) -> None:
-        self._epoch_start, self._epoch_tokens = time.perf_counter(), 0
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self.log("val/loss", lm_loss(self(batch["input_ids"]), batch["labels"]), on_epoch=True, prog_bar=True,
