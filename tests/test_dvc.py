@@ -50,6 +50,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "experiment" / "gpt_pretrain.yaml", "max_epochs", "3", "1")
     set_param(conf / "data" / "gpt_pretraining.yaml", "samples_per_epoch", "6400", "320")
     set_param(conf / "experiment" / "gpt_sentiment.yaml", "max_epochs", "10", "1")
+    set_param(conf / "experiment" / "vit.yaml", "max_epochs", "150", "1")
     for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
@@ -60,12 +61,14 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
                                                        "pretrain_bert", "finetune_sentiment", "finetune_pairs",
                                                        "finetune_atis", "finetune_qa", "pretrain_gpt",
-                                                       "generate_gpt", "finetune_gpt_sentiment"])
+                                                       "generate_gpt", "finetune_gpt_sentiment", "prepare_images",
+                                                       "train_vit", "evaluate_vit"])
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
                  "artifacts/atis/eval/per_slot_f1.png", "artifacts/word2vec/eval/projection.csv",
-                 "data/tokenizers/corpus/bpe/tokenizer.json"):
+                 "data/tokenizers/corpus/bpe/tokenizer.json", "artifacts/vit/eval/confusion.csv",
+                 "artifacts/vit/eval/attention.png", "artifacts/vit/eval/misclassified.png"):
         assert (project / plot).is_file()
 
     second = dvc(project, "repro")

@@ -106,3 +106,59 @@ def evaluate_word2vec(cfg: DictConfig) -> dict:
         for artifact in (output_dir / "metrics.json", output_dir / "neighbours.json", figure):
             client.log_artifact(run_id, str(artifact), "evaluation")
     return metrics
+
+
+def evaluate_vit(cfg: DictConfig) -> dict:
+    """Accuracy and macro-F1 of a ViT checkpoint on a prepared image split, the confusion matrix,
+    a grid of misclassified images and the last layer's [CLS] attention over the patches."""
+    from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
+
+    from transformer_lab.data.images import ImageDataModule, read_split
+    from transformer_lab.tasks.image_classification import ImageClassificationTask
+
+    torch.manual_seed(cfg.seed)
+    output_dir = Path(cfg.paths.output_dir)
+    task = load_task(cfg.checkpoint, ImageClassificationTask, "train_vit")
+    datamodule = ImageDataModule(cfg.data.prepared_dir)
+    datamodule.setup()
+    dataset = datamodule.sets["validation" if cfg.split == "validation" else "test"]
+    raw_images, labels = read_split(cfg.data.prepared_dir, cfg.split)
+    predictions = torch.cat([task.predict_images(dataset.images[i:i + 256])[0] for i in range(0, len(labels), 256)])
+    targets = torch.from_numpy(labels)
+    classes = datamodule.classes
+    n = len(classes)
+    metrics = {f"{cfg.split}/acc": multiclass_accuracy(predictions, targets, n, average="micro").item(),
+               f"{cfg.split}/macro_f1": multiclass_f1_score(predictions, targets, n, average="macro").item(),
+               f"{cfg.split}/n_images": len(labels)}
+
+    rows = [{"actual": classes[a], "predicted": classes[p]} for a, p in zip(labels.tolist(), predictions.tolist())]
+    wrong = torch.nonzero(predictions != targets).flatten()[:cfg.max_misclassified].tolist()
+    figures = [
+        plots.confusion_matrix(rows, output_dir / "confusion.png", f"confusion ({cfg.split})"),
+        plots.image_grid(raw_images[wrong], [f"{classes[labels[i]]} → {classes[predictions[i]]}" for i in wrong],
+                         output_dir / "misclassified.png", f"misclassified {cfg.split} images (true → predicted), "
+                         f"{int((predictions != targets).sum())} of {len(labels)}"),
+    ]
+    if task.model.config.attention == "global":  # windowed attention has no [CLS] token to read
+        shown = list(range(min(cfg.attention_maps, len(labels))))
+        _, weights = task.predict_images(dataset.images[shown])
+        grid = task.model.config.image_size // task.model.config.patch_size
+        last = weights[-1].mean(dim=1)  # (images, 1 + patches, 1 + patches), mean over heads
+        if task.model.config.pool == "cls":  # what the classifier reads: the [CLS] row
+            maps, what = last[:, 0, 1:], "[CLS] attention over patches"
+        else:  # mean pooling reads every patch: the attention each patch receives, averaged over patches
+            maps, what = last[:, 1:, 1:].mean(dim=1), "attention each patch receives (mean over patch queries)"
+        figures.append(plots.attention_maps(raw_images[shown], maps.view(-1, grid, grid).numpy(),
+                                            [f"{classes[labels[i]]} → {classes[predictions[i]]}" for i in shown],
+                                            output_dir / "attention.png", f"last layer: {what}, mean of heads"))
+
+    metrics_path = output_dir / "metrics.json"
+    atomic_write_json(metrics_path, metrics)
+    _write_csv(output_dir / "confusion.csv", rows)
+    if cfg.get("logger"):
+        client, run_id = mlflow_run_for(cfg, tracking.read_run_reference(cfg.run_reference))
+        for name, value in metrics.items():
+            client.log_metric(run_id, name, float(value))
+        for path in [metrics_path, output_dir / "confusion.csv", *figures]:
+            client.log_artifact(run_id, str(path), "evaluation")
+    return metrics

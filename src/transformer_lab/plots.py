@@ -83,3 +83,34 @@ def word_map(rows: list[dict], out_png: str | Path, labelled: int = 80, title: s
         ax.annotate(r["word"], (r["x"], r["y"]), fontsize=7, alpha=0.8)
     ax.set(title=title, xlabel="PC 1", ylabel="PC 2")
     return _save(fig, out_png)
+
+
+def image_grid(images, captions: list[str], out_png: str | Path, title: str, columns: int = 8) -> Path:
+    """Images (N, C, H, W) uint8 in a grid, each with its caption (e.g. "7 → 1")."""
+    rows = max(1, -(-len(images) // columns))
+    fig, axes = plt.subplots(rows, columns, figsize=(1.3 * columns, 1.5 * rows + 0.4), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, image, caption in zip(axes.flat, images, captions):
+        ax.imshow(image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0), cmap="gray_r" if image.shape[0] == 1
+                  else None, interpolation="nearest")
+        ax.set_title(caption, fontsize=8)
+    if not len(images):
+        axes.flat[0].text(0.5, 0.5, "none", ha="center", va="center")
+    fig.suptitle(title)
+    return _save(fig, out_png)
+
+
+def attention_maps(images, maps, captions: list[str], out_png: str | Path, title: str) -> Path:
+    """Each image beside its attention map (a (grid, grid) array per image, shown at image size)."""
+    fig, axes = plt.subplots(2, len(images), figsize=(1.6 * len(images), 3.4), squeeze=False)
+    for column, (image, weights, caption) in enumerate(zip(images, maps, captions)):
+        shown = image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0)
+        axes[0, column].imshow(shown, cmap="gray_r" if image.shape[0] == 1 else None, interpolation="nearest")
+        axes[0, column].set_title(caption, fontsize=8)
+        height, width = shown.shape[:2]
+        axes[1, column].imshow(weights, cmap="magma", extent=(0, width, height, 0), interpolation="nearest")
+        for ax in axes[:, column]:
+            ax.axis("off")
+    fig.suptitle(title, fontsize=9)
+    return _save(fig, out_png)

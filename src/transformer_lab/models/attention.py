@@ -61,8 +61,11 @@ class MultiHeadSelfAttention(nn.Module):
         return_weights: bool = False,
         rotary: nn.Module | None = None,
         cache: KVCache | None = None,
+        attn_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (batch, length, d_model); key_padding_mask: (batch, keys), True = real token.
+        attn_mask: any other boolean mask broadcastable to (batch, n_heads, length, keys), True =
+        may attend (e.g. shifted windows that must not mix wrapped-around regions).
 
         rotary: a RotaryEmbedding to rotate queries and keys by their positions.
         cache: earlier positions' keys and values; x then holds the positions after them, and
@@ -86,6 +89,8 @@ class MultiHeadSelfAttention(nn.Module):
             # query i sits at position offset + i and sees keys 0 .. offset + i
             causal = torch.ones(length, k.shape[2], dtype=torch.bool, device=x.device).tril(diagonal=offset)
             mask = causal if mask is None else mask & causal
+        if attn_mask is not None:
+            mask = attn_mask if mask is None else mask & attn_mask
 
         dropout_p = self.dropout if self.training else 0.0
         weights = None
@@ -96,7 +101,7 @@ class MultiHeadSelfAttention(nn.Module):
                 scores = scores.masked_fill(~mask, float("-inf"))
             weights = scores.softmax(dim=-1)
             attended = F.dropout(weights, dropout_p, self.training) @ v
-        elif mask is not None and key_padding_mask is None and offset == 0:
+        elif is_causal and length > 1 and key_padding_mask is None and attn_mask is None and offset == 0:
             # a plain causal mask: let the kernel build it (its fast path skips the masked half)
             attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
         else:

@@ -110,13 +110,15 @@ class TransformerBlock(nn.Module):
         return_weights: bool = False,
         rotary: nn.Module | None = None,
         cache: KVCache | None = None,
+        attn_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.norm_first:
-            attended, weights = self.attn(self.ln1(x), key_padding_mask, is_causal, return_weights, rotary, cache)
+            attended, weights = self.attn(self.ln1(x), key_padding_mask, is_causal, return_weights, rotary, cache,
+                                          attn_mask)
             x = x + self.dropout(attended)
             x = x + self.mlp(self.ln2(x))
         else:
-            attended, weights = self.attn(x, key_padding_mask, is_causal, return_weights, rotary, cache)
+            attended, weights = self.attn(x, key_padding_mask, is_causal, return_weights, rotary, cache, attn_mask)
             x = self.ln1(x + self.dropout(attended))
             x = self.ln2(x + self.mlp(x))
         return x, weights

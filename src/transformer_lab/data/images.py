@@ -1,0 +1,223 @@
+"""Images for the Vision Transformer: preparation into arrays, and the LightningDataModule.
+
+Sources (`data.source`):
+  builtin  scikit-learn's shipped handwritten digits: 1,797 grey 8x8 images, 10 classes (offline)
+  hub      MNIST (ylecun/mnist) or CIFAR-10 (uoft-cs/cifar10) through `datasets`
+  local    an image-folder tree, one sub-folder per class (PNG/JPEG), through `datasets`' imagefolder
+
+`prepare` writes `<output_dir>/{train,validation,test}.npz` (images uint8 (N, C, H, W), labels),
+`classes.json`, `stats.json` (per-channel mean and std of the training split, in [0, 1] units)
+and `summary.json`. The split is stratified and seeded; the statistics never see validation or
+test images.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from transformer_lab.data.hub import load_hub_dataset
+from transformer_lab.errors import DataError
+from transformer_lab.utils.io import atomic_directory
+
+SPLITS = ("train", "validation", "test")
+HUB_COLUMNS = {"ylecun/mnist": ("image", "label"), "uoft-cs/cifar10": ("img", "label")}
+
+
+def builtin_digits() -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """scikit-learn's digits as uint8 (N, 1, 8, 8): its 0..16 intensities scaled to 0..255."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = np.round(digits.images * (255 / 16)).astype(np.uint8)[:, None]
+    return images, digits.target.astype(np.int64), [str(c) for c in digits.target_names]
+
+
+def _to_array(image) -> np.ndarray:
+    """A PIL image -> uint8 (C, H, W); grey stays one channel, anything else becomes RGB."""
+    mode = "L" if image.mode in ("L", "1", "I;16", "I") else "RGB"
+    array = np.asarray(image.convert(mode), dtype=np.uint8)
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+def _stack(arrays: list[np.ndarray], names: list[str]) -> np.ndarray:
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        first = arrays[0].shape
+        odd = next(i for i, a in enumerate(arrays) if a.shape != first)
+        raise DataError(f"{names[odd]}: image of shape {arrays[odd].shape} (C, H, W), but {names[0]} is {first}; "
+                        "all images must have one size")
+    return np.stack(arrays)
+
+
+def local_images(directory: str | Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """An image-folder tree (`<dir>/<class>/<image>`), listed by `datasets`' imagefolder builder
+    and decoded here, so that an unreadable file is reported by its path."""
+    import datasets
+    from PIL import Image, UnidentifiedImageError
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DataError(f"{directory}: image folder not found (expected <dir>/<class>/<image>)")
+    try:
+        listing = datasets.load_dataset("imagefolder", data_dir=str(directory), split="train")
+    except Exception as err:
+        raise DataError(f"{directory}: not an image folder ({str(err).splitlines()[0]})") from None
+    listing = listing.cast_column("image", datasets.Image(decode=False))
+    classes = listing.features["label"].names
+    arrays, labels, names = [], [], []
+    for row in listing:
+        path = row["image"]["path"]
+        try:
+            with Image.open(path) as image:
+                image.load()
+                arrays.append(_to_array(image))
+        except (UnidentifiedImageError, OSError, SyntaxError) as err:
+            raise DataError(f"{path}: unreadable image ({err})") from None
+        labels.append(row["label"])
+        names.append(path)
+    if not arrays:
+        raise DataError(f"{directory}: no images found")
+    return _stack(arrays, names), np.array(labels, dtype=np.int64), classes
+
+
+def hub_images(hub_id: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """MNIST or CIFAR-10 from the hub: all of its splits pooled (the split here is our own)."""
+    data = load_hub_dataset(hub_id, local_hint="data.local_dir=DIR (an image folder)")
+    image_key, label_key = HUB_COLUMNS.get(hub_id, ("image", "label"))
+    arrays, labels = [], []
+    for split in data:
+        for row in data[split]:
+            arrays.append(_to_array(row[image_key]))
+            labels.append(row[label_key])
+    first = data[next(iter(data))]
+    classes = list(first.features[label_key].names)
+    return _stack(arrays, [f"{hub_id}[{i}]" for i in range(len(arrays))]), np.array(labels, dtype=np.int64), classes
+
+
+def stratified_split(labels: np.ndarray, fractions: tuple[float, float], seed: int) -> dict[str, np.ndarray]:
+    """Indices per split: within every class, shuffled with the seed, then cut by the fractions."""
+    rng = np.random.default_rng(seed)
+    parts = {split: [] for split in SPLITS}
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        n_val, n_test = round(fractions[0] * len(members)), round(fractions[1] * len(members))
+        parts["validation"].append(members[:n_val])
+        parts["test"].append(members[n_val:n_val + n_test])
+        parts["train"].append(members[n_val + n_test:])
+    return {split: np.sort(np.concatenate(p)) for split, p in parts.items()}
+
+
+def prepare(source: str, output_dir: str, local_dir: str | None = None, hub_id: str = "ylecun/mnist",
+            validation_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0,
+            max_images: int | None = None) -> dict:
+    """The `prepare_images` stage (see the module docstring)."""
+    if source == "builtin":
+        images, labels, classes = builtin_digits()
+    elif source == "local":
+        images, labels, classes = local_images(local_dir or "")
+    elif source == "hub":
+        images, labels, classes = hub_images(hub_id)
+    else:
+        raise DataError(f"data.source={source!r} is not one of builtin, local, hub")
+    if max_images:
+        keep = np.sort(np.random.default_rng(seed).permutation(len(labels))[:max_images])
+        images, labels = images[keep], labels[keep]
+    splits = stratified_split(labels, (validation_fraction, test_fraction), seed)
+    train = images[splits["train"]].astype(np.float64) / 255
+    stats = {"mean": train.mean(axis=(0, 2, 3)).tolist(), "std": train.std(axis=(0, 2, 3)).tolist()}
+    summary = {"source": source, "classes": len(classes), "image_shape": list(images.shape[1:]),
+               **{f"{split}_images": int(len(index)) for split, index in splits.items()}}
+    with atomic_directory(output_dir) as tmp:
+        for split, index in splits.items():
+            np.savez_compressed(tmp / f"{split}.npz", images=images[index], labels=labels[index])
+        (tmp / "classes.json").write_text(json.dumps(classes) + "\n")
+        (tmp / "stats.json").write_text(json.dumps(stats, indent=1) + "\n")
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def read_split(prepared_dir: str | Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    path = Path(prepared_dir) / f"{split}.npz"
+    if not path.is_file():
+        raise DataError(f"{path}: prepared images not found; run `dvc repro prepare_images`")
+    with np.load(path) as data:
+        return data["images"], data["labels"]
+
+
+class ImageSet(Dataset):
+    """Normalised float images (C, H, W) with optional augmentation: a random crop of the image
+    padded by `crop_padding` pixels (zeros) on each side, and a random horizontal flip."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, mean: list[float], std: list[float],
+                 crop_padding: int = 0, horizontal_flip: bool = False):
+        self.images = torch.from_numpy(images).float().div_(255)
+        self.images = (self.images - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+        self.labels = torch.from_numpy(labels)
+        self.crop_padding, self.horizontal_flip = crop_padding, horizontal_flip
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        image = self.images[index]
+        if self.crop_padding:
+            pad = self.crop_padding
+            padded = torch.nn.functional.pad(image, (pad, pad, pad, pad))
+            top, left = torch.randint(0, 2 * pad + 1, (2,)).tolist()
+            image = padded[:, top:top + image.shape[1], left:left + image.shape[2]]
+        if self.horizontal_flip and torch.rand(()) < 0.5:
+            image = image.flip(-1)
+        return {"images": image, "labels": self.labels[index]}
+
+
+class ImageDataModule(L.LightningDataModule):
+    def __init__(self, prepared_dir: str, batch_size: int = 64, eval_batch_size: int = 256, crop_padding: int = 0,
+                 horizontal_flip: bool = False, num_workers: int = 0):
+        """crop_padding: random-crop augmentation (pixels of padding, 0 = off); horizontal_flip:
+        for natural images such as CIFAR-10 only (a flipped digit is another glyph)."""
+        super().__init__()
+        self.prepared_dir = Path(prepared_dir)
+        self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
+        self.crop_padding, self.horizontal_flip = crop_padding, horizontal_flip
+        for name in ("classes.json", "stats.json"):
+            if not (self.prepared_dir / name).is_file():
+                raise DataError(f"{self.prepared_dir / name}: not found; run `dvc repro prepare_images`")
+        self.classes = json.loads((self.prepared_dir / "classes.json").read_text())
+        self.stats = json.loads((self.prepared_dir / "stats.json").read_text())
+        self.sets: dict[str, ImageSet] = {}
+
+    def image_shape(self) -> tuple[int, int, int]:
+        images, _ = read_split(self.prepared_dir, "test")
+        return tuple(images.shape[1:])
+
+    def model_kwargs(self) -> dict:
+        channels, height, width = self.image_shape()
+        if height != width:
+            raise DataError(f"{self.prepared_dir}: images are {height}x{width}; the ViT here takes square images")
+        return {"image_size": height, "in_channels": channels, "n_classes": len(self.classes)}
+
+    def task_kwargs(self) -> dict:
+        return {"labels": self.classes}
+
+    def setup(self, stage: str | None = None) -> None:
+        for split in SPLITS:
+            if split not in self.sets:
+                images, labels = read_split(self.prepared_dir, split)
+                augment = split == "train"
+                self.sets[split] = ImageSet(images, labels, self.stats["mean"], self.stats["std"],
+                                            self.crop_padding if augment else 0, self.horizontal_flip and augment)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["train"], self.batch_size, shuffle=True, num_workers=self.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["validation"], self.eval_batch_size, num_workers=self.num_workers)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.sets["test"], self.eval_batch_size, num_workers=self.num_workers)
