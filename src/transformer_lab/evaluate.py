@@ -141,7 +141,7 @@ def evaluate_vit(cfg: DictConfig) -> dict:
     ]
     if task.model.config.attention == "global":  # windowed attention has no [CLS] token to read
         shown = list(range(min(cfg.attention_maps, len(labels))))
-        _, weights = task.predict_images(dataset.images[shown])
+        _, weights = task.predict_images(dataset.images[shown], return_weights=True)
         grid = task.model.config.image_size // task.model.config.patch_size
         last = weights[-1].mean(dim=1)  # (images, 1 + patches, 1 + patches), mean over heads
         if task.model.config.pool == "cls":  # what the classifier reads: the [CLS] row

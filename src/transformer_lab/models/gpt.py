@@ -115,7 +115,7 @@ class GPTModel(nn.Module):
             raise ValueError(f"position {offset + length - 1} is beyond max_len={self.config.max_len}")
         x = self.token(input_ids)
         if self.position is not None:
-            x = x + self.position(offset + length)[offset:]
+            x = x + self.position(length, offset)  # only the new positions, not the whole prefix
         x = self.dropout(x)
         for index, block in enumerate(self.blocks):
             x, _ = block(x, is_causal=True, rotary=self.rotary, cache=caches[index] if caches else None)
@@ -174,8 +174,7 @@ class GPTLMHeadModel(nn.Module):
             raise ValueError(f"strategy={strategy!r}; expected 'greedy' or 'sample'")
         if strategy == "sample" and temperature <= 0:
             raise ValueError(f"temperature={temperature} must be > 0 (use strategy=greedy for argmax)")
-        bounded = self.config.position != "rope"
-        window = self.config.max_len if bounded else None
+        window = self.config.max_len if self.config.position != "rope" else None  # RoPE has no length bound
         ids, caches, step_input = input_ids, None, input_ids
         finished = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
         for _ in range(max_new_tokens):
@@ -225,9 +224,9 @@ def _choose(logits: torch.Tensor, strategy: str, temperature: float, top_k: int 
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and top_p < 1.0:
         ordered, order = logits.sort(dim=-1, descending=True)
-        cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+        probabilities = ordered.softmax(dim=-1)
         # drop a token once the ones before it already cover top_p (the first token always stays)
-        drop = cumulative - ordered.softmax(dim=-1) >= top_p
+        drop = probabilities.cumsum(dim=-1) - probabilities >= top_p
         logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
     return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]
 

@@ -13,8 +13,9 @@ class LearnedPositionalEmbedding(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(max_len, d_model)
 
-    def forward(self, length: int) -> torch.Tensor:
-        return self.embedding(torch.arange(length, device=self.embedding.weight.device))
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """Vectors of positions offset .. offset + length - 1."""
+        return self.embedding(torch.arange(offset, offset + length, device=self.embedding.weight.device))
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -29,8 +30,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
         self.register_buffer("table", table, persistent=False)
 
-    def forward(self, length: int) -> torch.Tensor:
-        return self.table[:length]
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """Vectors of positions offset .. offset + length - 1."""
+        return self.table[offset:offset + length]
 
 
 class RotaryEmbedding(nn.Module):

@@ -34,10 +34,11 @@ class ImageClassificationTask(SequenceClassificationTask):
         return loss
 
     @torch.no_grad()
-    def predict_images(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """Predicted classes and every block's attention weights, in eval mode."""
+    def predict_images(self, images: torch.Tensor, return_weights: bool = False) -> tuple[torch.Tensor, list]:
+        """Predicted classes, in eval mode, and with return_weights every block's attention weights
+        (computed explicitly, outside the fused kernel: ask only for the images you will plot)."""
         self.model.eval()
-        logits, weights = self.model(images, return_weights=True)
+        logits, weights = self.model(images, return_weights=return_weights)
         return logits.argmax(-1), weights
 
     def configure_optimizers(self):
