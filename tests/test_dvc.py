@@ -33,7 +33,7 @@ def set_param(path: Path, key: str, old: str, new: str) -> None:
 
 
 def ran_stages(output: str) -> list[str]:
-    return re.findall(r"Running stage '([a-z0-9_]+)'", output)
+    return re.findall(r"Running stage '([a-z0-9_@]+)'", output)
 
 
 def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
@@ -51,6 +51,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "data" / "gpt_pretraining.yaml", "samples_per_epoch", "6400", "320")
     set_param(conf / "experiment" / "gpt_sentiment.yaml", "max_epochs", "10", "1")
     set_param(conf / "experiment" / "vit.yaml", "max_epochs", "150", "1")
+    set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "30", "2")
     for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
@@ -62,13 +63,19 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                                                        "pretrain_bert", "finetune_sentiment", "finetune_pairs",
                                                        "finetune_atis", "finetune_qa", "pretrain_gpt",
                                                        "generate_gpt", "finetune_gpt_sentiment", "prepare_images",
-                                                       "train_vit", "evaluate_vit"])
+                                                       "train_vit", "evaluate_vit", "prepare_tabular",
+                                                       "train_tabular@tab_transformer", "train_tabular@tab_mlp",
+                                                       "train_xgboost", "train_logreg", "evaluate_tabular"])
+    comparison = json.loads((project / "artifacts/tabular/eval/comparison.json").read_text())
+    assert set(comparison) == {"tab_transformer", "tab_mlp", "xgboost", "logistic_regression"}
+    assert all(0 <= scores["test/auroc"] <= 1 for scores in comparison.values())
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
                  "artifacts/atis/eval/per_slot_f1.png", "artifacts/word2vec/eval/projection.csv",
                  "data/tokenizers/corpus/bpe/tokenizer.json", "artifacts/vit/eval/confusion.csv",
-                 "artifacts/vit/eval/attention.png", "artifacts/vit/eval/misclassified.png"):
+                 "artifacts/vit/eval/attention.png", "artifacts/vit/eval/misclassified.png",
+                 "artifacts/tabular/eval/comparison.png", "artifacts/tabular/eval/comparison.csv"):
         assert (project / plot).is_file()
 
     second = dvc(project, "repro")
@@ -108,6 +115,12 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     encoder_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "train_atis"]
     assert len(encoder_runs) == 2 and {r.data.params["model.n_heads"] for r in encoder_runs} == {"4", "2"}
     assert all("test/slot_f1" in r.data.metrics for r in encoder_runs)
+    # TabTransformer, MLP, XGBoost, logistic regression and their comparison: one experiment
+    tabular = client.search_runs([client.get_experiment_by_name("tabular").experiment_id])
+    stages = sorted(r.data.tags.get("dvc_stage") or r.info.run_name for r in tabular)
+    assert stages == ["comparison", "train_logreg", "train_tabular@tab_mlp", "train_tabular@tab_transformer",
+                      "train_xgboost"]
+    assert all("eval/test/auroc" in r.data.metrics for r in tabular if r.info.run_name != "comparison")
     # JointBERT sits in the same experiment as the from-scratch encoder, to compare in the UI
     bert_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "finetune_atis"]
     assert len(bert_runs) == 2 and all("test/slot_f1" in r.data.metrics for r in bert_runs)

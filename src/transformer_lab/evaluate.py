@@ -33,8 +33,8 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     atomic_write_text(path, buffer.getvalue())
 
 
-def mlflow_run_for(cfg: DictConfig, run_reference: dict | None):
-    """The training run's MLflow run if it still exists, else a new run in the same experiment."""
+def mlflow_run_for(cfg: DictConfig, run_reference: dict | None, run_name: str = "evaluate"):
+    """The training run's MLflow run if it still exists, else a new run (`run_name`) in the same experiment."""
     import mlflow
     from mlflow import MlflowClient
 
@@ -47,7 +47,7 @@ def mlflow_run_for(cfg: DictConfig, run_reference: dict | None):
     experiment = client.get_experiment_by_name(cfg.task_name)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(
         cfg.task_name, artifact_location=tracking.default_artifact_location(cfg.paths.root_dir, cfg.task_name))
-    return client, client.create_run(experiment_id, tags={"mlflow.runName": "evaluate"}).info.run_id
+    return client, client.create_run(experiment_id, tags={"mlflow.runName": run_name}).info.run_id
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -161,4 +161,54 @@ def evaluate_vit(cfg: DictConfig) -> dict:
             client.log_metric(run_id, name, float(value))
         for path in [metrics_path, output_dir / "confusion.csv", *figures]:
             client.log_artifact(run_id, str(path), "evaluation")
+    return metrics
+
+
+def evaluate_tabular(cfg: DictConfig) -> dict:
+    """Every trained tabular model (TabTransformer, MLP, XGBoost, logistic regression) scored on the
+    same prepared split with the same metrics: a comparison table (JSON + CSV) and a bar chart,
+    each model's scores logged into its own run, the comparison into a run of its own."""
+    from transformer_lab import baselines
+    from transformer_lab.data.tabular import fold_rows, read_prepared
+    from transformer_lab.tasks.tabular_classification import TabularClassificationTask, score_probabilities
+
+    torch.manual_seed(cfg.seed)
+    output_dir = Path(cfg.paths.output_dir)
+    table, schema, encoder = read_prepared(cfg.data.prepared_dir)
+    rows = encoder.transform(fold_rows(table, None)[cfg.split])
+    labels = torch.from_numpy(rows.labels)
+    comparison = []
+    for name, directory in cfg.models.items():
+        stage = f"train_tabular@{name}" if name.startswith("tab_") else f"train_{name}"
+        checkpoint = Path(directory, "checkpoints", "best.ckpt")
+        if checkpoint.is_file():
+            task = load_task(checkpoint, TabularClassificationTask, stage)
+            probabilities = task.predict_probabilities(torch.from_numpy(rows.categorical),
+                                                       torch.from_numpy(rows.continuous))
+        else:
+            probabilities = torch.from_numpy(
+                baselines.predict_probabilities(baselines.load(directory, stage), encoder, rows)).float()
+        comparison.append({"model": name, **score_probabilities(probabilities, labels)})
+
+    metric_names = ["auroc", "acc", "f1"]
+    metrics = {r["model"]: {f"{cfg.split}/{m}": r[m] for m in metric_names} for r in comparison}
+    metrics_path = output_dir / "comparison.json"
+    atomic_write_json(metrics_path, metrics)
+    _write_csv(output_dir / "comparison.csv", comparison)
+    figure = plots.model_comparison(comparison, metric_names, output_dir / "comparison.png",
+                                    f"{schema.name}: {cfg.split} split, {len(labels)} rows")
+    if cfg.get("logger"):
+        for name, directory in cfg.models.items():
+            reference = tracking.read_run_reference(Path(directory, tracking.RUN_REFERENCE))
+            if reference:
+                client, run_id = mlflow_run_for(cfg, reference)
+                for key, value in metrics[name].items():
+                    client.log_metric(run_id, f"eval/{key}", float(value))
+        client, run_id = mlflow_run_for(cfg, None, run_name="comparison")
+        for name, scores in metrics.items():
+            for key, value in scores.items():
+                client.log_metric(run_id, f"{name}/{key}", float(value))
+        for path in (metrics_path, output_dir / "comparison.csv", figure):
+            client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id)
     return metrics

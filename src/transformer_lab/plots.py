@@ -114,3 +114,19 @@ def attention_maps(images, maps, captions: list[str], out_png: str | Path, title
             ax.axis("off")
     fig.suptitle(title, fontsize=9)
     return _save(fig, out_png)
+
+
+def model_comparison(rows: list[dict], metrics: list[str], out_png: str | Path, title: str) -> Path:
+    """Grouped bars: one group per model, one bar per metric, each labelled with its value."""
+    fig, ax = plt.subplots(figsize=(1.8 * len(rows) + 2, 3.8))
+    width = 0.8 / len(metrics)
+    for m, metric in enumerate(metrics):
+        positions = [i + (m - (len(metrics) - 1) / 2) * width for i in range(len(rows))]
+        bars = ax.bar(positions, [r[metric] for r in rows], width, label=metric)
+        ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=1)
+    ax.set_xticks(range(len(rows)), [r["model"] for r in rows])
+    lowest = min(r[metric] for r in rows for metric in metrics)
+    ax.set(ylim=(max(0.0, lowest - 0.1), 1.02), ylabel="score", title=title)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, out_png)

@@ -118,3 +118,20 @@ def write_run_reference(path: str | Path, logger: MLFlowLogger) -> None:
 def read_run_reference(path: str | Path) -> dict | None:
     path = Path(path)
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def log_estimator(logger: MLFlowLogger, estimator) -> str:
+    """A fitted XGBoost or scikit-learn estimator as an MLflow model (its own flavour); returns its URI."""
+    import mlflow
+
+    from importlib.metadata import version
+
+    if type(estimator).__module__.startswith("xgboost"):
+        flavour, requirement = mlflow.xgboost, f"xgboost=={version('xgboost')}"
+    else:
+        flavour, requirement = mlflow.sklearn, f"scikit-learn=={version('scikit-learn')}"
+    mlflow.set_tracking_uri(logger._tracking_uri)
+    with mlflow.start_run(run_id=logger.run_id):  # requirements named: inferring them imports everything
+        info = flavour.log_model(estimator, name="model", signature=False, pip_requirements=[requirement])
+    logger.experiment.set_tag(logger.run_id, "model_uri", info.model_uri)
+    return info.model_uri

@@ -1,0 +1,23 @@
+"""Compare the tabular models on one split: `python pipelines/evaluate_tabular.py [split=test]`."""
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from transformer_lab.evaluate import evaluate_tabular  # noqa: E402
+from transformer_lab.utils.cli import pipeline  # noqa: E402
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate_tabular")
+@pipeline
+def main(cfg: DictConfig) -> None:
+    for model, scores in evaluate_tabular(cfg).items():
+        print(f"{model:20s} " + " ".join(f"{k}={v:.4f}" for k, v in scores.items()))
+
+
+if __name__ == "__main__":
+    main()

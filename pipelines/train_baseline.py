@@ -1,0 +1,25 @@
+"""Train a tabular baseline: `python pipelines/train_baseline.py baseline=xgboost|logistic_regression`."""
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from transformer_lab.baselines import train_baseline  # noqa: E402
+from transformer_lab.utils.cli import pipeline  # noqa: E402
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train_baseline")
+@pipeline
+def main(cfg: DictConfig) -> float | None:
+    metrics = train_baseline(cfg)
+    print(json.dumps(metrics, indent=1))
+    return metrics.get("val/auroc")  # what a sweeper optimises
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The baselines beside the TabTransformer on the same rows and split: XGBoost (gradient-boosted
+trees, early stopping on the validation rows) and scikit-learn's logistic regression. Both read
+the one-hot categoricals and the standardised continuous columns (+ missing indicators) of the
+same train-fitted encoder, and are scored by the same torchmetrics definitions as the task."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import joblib
+import numpy as np
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from transformer_lab import tracking
+from transformer_lab.data.tabular import EncodedRows, TabularEncoder, fold_rows, read_prepared
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.tasks.tabular_classification import score_probabilities
+from transformer_lab.train import hydra_overrides
+from transformer_lab.utils.instantiate import instantiate_collection
+from transformer_lab.utils.io import atomic_write_json
+
+XGBOOST_FILE, ESTIMATOR_FILE = "model.ubj", "model.joblib"
+
+
+def is_xgboost(estimator) -> bool:
+    return type(estimator).__module__.startswith("xgboost")
+
+
+def fit(estimator, encoder: TabularEncoder, train: EncodedRows, validation: EncodedRows):
+    """Fit on the training rows; XGBoost also watches the validation rows for early stopping."""
+    if is_xgboost(estimator):
+        estimator.fit(encoder.one_hot(train), train.labels,
+                      eval_set=[(encoder.one_hot(validation), validation.labels)], verbose=False)
+    else:
+        estimator.fit(encoder.one_hot(train), train.labels)
+    return estimator
+
+
+def predict_probabilities(estimator, encoder: TabularEncoder, rows: EncodedRows) -> np.ndarray:
+    return estimator.predict_proba(encoder.one_hot(rows))
+
+
+def score(estimator, encoder: TabularEncoder, rows: EncodedRows) -> dict[str, float]:
+    probabilities = torch.from_numpy(predict_probabilities(estimator, encoder, rows)).float()
+    return score_probabilities(probabilities, torch.from_numpy(rows.labels))
+
+
+def save(estimator, directory: Path) -> Path:
+    """XGBoost in its own binary format (portable across versions), scikit-learn with joblib."""
+    if is_xgboost(estimator):
+        estimator.save_model(directory / XGBOOST_FILE)
+        return directory / XGBOOST_FILE
+    joblib.dump(estimator, directory / ESTIMATOR_FILE)
+    return directory / ESTIMATOR_FILE
+
+
+def load(directory: str | Path, stage: str):
+    directory = Path(directory)
+    if (directory / XGBOOST_FILE).is_file():
+        import xgboost
+
+        estimator = xgboost.XGBClassifier()
+        estimator.load_model(directory / XGBOOST_FILE)
+        return estimator
+    if (directory / ESTIMATOR_FILE).is_file():
+        return joblib.load(directory / ESTIMATOR_FILE)
+    raise TransformerLabError(f"{directory}: no trained model (checkpoints/best.ckpt, {XGBOOST_FILE} or "
+                              f"{ESTIMATOR_FILE}); train first (`dvc repro {stage}`)")
+
+
+def train_baseline(cfg: DictConfig) -> dict[str, float]:
+    """Fit `cfg.baseline` on the prepared table, score validation and test, save the model and
+    record everything in an MLflow run of the task's experiment."""
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    table, schema, encoder = read_prepared(cfg.data.prepared_dir)
+    fold = cfg.data.datamodule.get("fold")
+    rows = fold_rows(table, fold)
+    if fold is not None:
+        encoder = TabularEncoder.fit(rows["train"], schema, encoder.classes)
+    encoded = {name: encoder.transform(part) for name, part in rows.items()}
+    estimator = instantiate(cfg.baseline)
+
+    start = time.perf_counter()
+    fit(estimator, encoder, encoded["train"], encoded["validation"])
+    metrics = {"train_seconds": round(time.perf_counter() - start, 3)}
+    for split, prefix in (("validation", "val"), ("test", "test")):
+        metrics.update({f"{prefix}/{k}": v for k, v in score(estimator, encoder, encoded[split]).items()})
+    if is_xgboost(estimator):
+        metrics["best_iteration"] = int(estimator.best_iteration)
+
+    model_path = save(estimator, output_dir)
+    metrics_path = output_dir / "metrics.json"
+    atomic_write_json(metrics_path, metrics)
+    logger = tracking.find_mlflow_logger(instantiate_collection(cfg.get("logger")))
+    if logger:
+        tracking.log_run_context(logger, cfg, hydra_overrides())
+        tracking.write_run_reference(output_dir / tracking.RUN_REFERENCE, logger)
+        logger.log_metrics(metrics)
+        tracking.log_artifacts(logger, [metrics_path, model_path])
+        if cfg.get("log_model"):
+            tracking.log_estimator(logger, estimator)
+        logger.finalize("success")
+    return metrics

@@ -1,0 +1,368 @@
+"""Tables: a schema per data set, preparation (parse, validate, split), and the encoding that
+turns rows into model inputs with statistics fitted on the training rows only.
+
+A schema (YAML, `conf/schemas/*.yaml`) names the columns:
+
+    name: heart
+    target: num
+    positive_above: 0            # optional: a binary target, value > 0 is the positive class
+    categorical: [sex, cp, fbs, restecg, exang, slope, ca, thal]
+    continuous: [age, trestbps, chol, thalach, oldpeak]
+    missing_values: ["?"]        # cells that mean "missing" (an empty cell always does)
+
+Preparation reads the table as text, so nothing is silently converted: a continuous cell that is
+neither a number nor a missing marker is an error naming the file, line and column. The split is
+stratified and seeded (train / validation / test), with an optional stratified k-fold column for
+cross-validation on small tables.
+
+Encoding (`TabularEncoder`, fitted on the training rows):
+  categorical  index per column: 0 = a value never seen in training (unknown), 1 = missing,
+               2.. = the training values; so "missing" is a learned category of its own
+  continuous   missing cells imputed with the training mean, standardised with the training
+               mean and standard deviation; a 0/1 missing-indicator is appended for every
+               continuous column that has missing cells in the training rows
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+from torch.utils.data import DataLoader, Dataset
+
+from transformer_lab.errors import DataError
+from transformer_lab.utils.io import atomic_directory, atomic_write_json
+
+UNKNOWN, MISSING = 0, 1  # reserved categorical indices; training values start at 2
+LINE, SPLIT, FOLD, LABEL = "_line", "_split", "_fold", "_label"  # bookkeeping columns of the prepared table
+
+
+@dataclass
+class TableSchema:
+    name: str
+    target: str
+    categorical: list[str] = field(default_factory=list)
+    continuous: list[str] = field(default_factory=list)
+    missing_values: list[str] = field(default_factory=lambda: ["?", "NA"])
+    positive_above: float | None = None  # a binary target: value > positive_above is class 1
+
+    @classmethod
+    def load(cls, path: str | Path) -> TableSchema:
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"{path}: schema file not found")
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as err:
+            raise DataError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        if not isinstance(raw, dict):
+            raise DataError(f"{path}: a schema is a mapping with name, target, categorical, continuous")
+        known = set(cls.__dataclass_fields__)
+        for key in raw:
+            if key not in known:
+                raise DataError(f"{path}: unknown schema field {key!r} (expected: {', '.join(sorted(known))})")
+        for key in ("name", "target"):
+            if not raw.get(key):
+                raise DataError(f"{path}: schema field {key!r} is required")
+        for key in ("categorical", "continuous", "missing_values"):
+            if key in raw and not isinstance(raw[key], list):
+                raise DataError(f"{path}: schema field {key!r} must be a list of column names")
+        schema = cls(**raw)
+        columns = [schema.target, *schema.categorical, *schema.continuous]
+        repeated = sorted({c for c in columns if columns.count(c) > 1})
+        if repeated:
+            raise DataError(f"{path}: column {repeated[0]!r} is listed more than once")
+        if not schema.categorical and not schema.continuous:
+            raise DataError(f"{path}: no feature columns (categorical and continuous are both empty)")
+        return schema
+
+    @property
+    def features(self) -> list[str]:
+        return [*self.categorical, *self.continuous]
+
+
+def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The schema's columns of a CSV (or of `frame`, with `source` naming it in errors), parsed:
+    categoricals as stripped strings (None = missing), continuous as floats (NaN = missing), the
+    label under LABEL, and each row's line in the file under LINE."""
+    if frame is None:
+        try:
+            frame = pd.read_csv(source, dtype=str, keep_default_na=False, skipinitialspace=True)
+        except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
+            raise DataError(f"{source}: cannot read as CSV ({str(err).splitlines()[0]})") from None
+    absent = [c for c in [schema.target, *schema.features] if c not in frame.columns]
+    if absent:
+        raise DataError(f"{source}: column {absent[0]!r} named in the schema is not in the file "
+                        f"(columns: {', '.join(map(str, frame.columns))})")
+    lines = np.arange(len(frame)) + 2  # line 1 is the header
+    missing = set(schema.missing_values) | {""}
+
+    def text(column: str) -> pd.Series:
+        values = frame[column].astype(object).map(lambda v: "" if v is None or v != v else str(v).strip())
+        return values.where(~values.isin(missing), None)
+
+    out = pd.DataFrame({LINE: lines})
+    for column in schema.categorical:
+        out[column] = text(column).to_numpy()
+    for column in schema.continuous:
+        cells = text(column)
+        numbers = pd.to_numeric(cells, errors="coerce")
+        bad = numbers.isna() & cells.notna()
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DataError(f"{source}:{lines[row]}: column {column!r}: {cells.iloc[row]!r} is not a number "
+                            f"(nor a missing-value marker {sorted(missing - {''})})")
+        out[column] = numbers.astype(float).to_numpy()
+    target = text(schema.target)
+    if target.isna().any():
+        row = int(np.flatnonzero(target.isna().to_numpy())[0])
+        raise DataError(f"{source}:{lines[row]}: target column {schema.target!r} is missing")
+    if schema.positive_above is not None:
+        numbers = pd.to_numeric(target, errors="coerce")
+        if numbers.isna().any():
+            row = int(np.flatnonzero(numbers.isna().to_numpy())[0])
+            raise DataError(f"{source}:{lines[row]}: target column {schema.target!r}: {target.iloc[row]!r} is not "
+                            f"a number (the schema binarises it with positive_above)")
+        threshold = schema.positive_above
+        target = numbers.map(lambda v: f"{schema.target} > {threshold:g}" if v > threshold
+                             else f"{schema.target} <= {threshold:g}")
+    out[LABEL] = target.to_numpy()
+    return out
+
+
+def class_names(table: pd.DataFrame, schema: TableSchema) -> list[str]:
+    """Class order: negative before positive for a binarised target, else sorted."""
+    names = sorted(set(table[LABEL]))
+    if schema.positive_above is not None:
+        names.sort(key=lambda name: ">" in name)
+    return names
+
+
+def split_rows(labels: np.ndarray, validation_fraction: float, test_fraction: float, seed: int,
+               folds: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified, seeded split names (train/validation/test) and, with folds > 1, a stratified
+    k-fold index over all rows (-1 without)."""
+    from sklearn.model_selection import StratifiedKFold, train_test_split
+
+    indices = np.arange(len(labels))
+    rest, test = train_test_split(indices, test_size=test_fraction, stratify=labels, random_state=seed)
+    share = validation_fraction / (1 - test_fraction)
+    train, validation = train_test_split(rest, test_size=share, stratify=labels[rest], random_state=seed)
+    split = np.empty(len(labels), dtype=object)
+    split[train], split[validation], split[test] = "train", "validation", "test"
+    fold = np.full(len(labels), -1)
+    if folds > 1:
+        for k, (_, held_out) in enumerate(StratifiedKFold(folds, shuffle=True, random_state=seed)
+                                          .split(indices, labels)):
+            fold[held_out] = k
+    return split, fold
+
+
+def load_source(source: str, schema_path: str, local_path: str | None = None, hub_id: str | None = None,
+                hub_split: str = "train") -> tuple[pd.DataFrame, TableSchema, str]:
+    """The parsed table, its schema and a name for it in messages."""
+    schema = TableSchema.load(schema_path)
+    if source == "builtin":  # the Palmer penguins CSV that the palmerpenguins package ships
+        from importlib.resources import files
+
+        path = files("palmerpenguins") / "data" / "penguins.csv"
+        return read_table(str(path), schema), schema, "palmerpenguins"
+    if source == "local":
+        if not local_path:
+            raise DataError("data.source=local needs data.local_path=FILE.csv (and data.schema=FILE.yaml)")
+        if not Path(local_path).is_file():
+            raise DataError(f"{local_path}: file not found (data.local_path)")
+        return read_table(local_path, schema), schema, str(local_path)
+    if source == "hub":
+        from transformer_lab.data.hub import load_hub_dataset
+
+        dataset = load_hub_dataset(hub_id, local_hint="data.local_path=FILE.csv data.schema=FILE.yaml")
+        frame = dataset[hub_split].to_pandas().astype(str)
+        return read_table(f"hf:{hub_id}", schema, frame), schema, f"hf:{hub_id}"
+    raise DataError(f"data.source={source!r}; expected builtin, local or hub")
+
+
+def prepare(source: str, output_dir: str, schema: str, local_path: str | None = None,
+            hub_id: str | None = None, validation_fraction: float = 0.15, test_fraction: float = 0.15,
+            seed: int = 0, folds: int = 0) -> dict:
+    """Parse and validate the table, split it, fit the encoder on the training rows and write
+    table.parquet, schema.json, encoder.json and summary.json into output_dir (atomically)."""
+    table, table_schema, origin = load_source(source, schema, local_path, hub_id)
+    classes = class_names(table, table_schema)
+    labels = table[LABEL].to_numpy()
+    counts = pd.Series(labels).value_counts()
+    if counts.min() < 2 or len(classes) < 2:
+        raise DataError(f"{origin}: every class needs at least 2 rows for a stratified split "
+                        f"(counts: {counts.to_dict()})")
+    table[SPLIT], table[FOLD] = split_rows(labels, validation_fraction, test_fraction, seed, folds)
+    encoder = TabularEncoder.fit(table[table[SPLIT] == "train"], table_schema, classes)
+    summary = {
+        "source": origin, "rows": len(table), "classes": classes,
+        "class_counts": {name: int(counts[name]) for name in classes},
+        "splits": {name: int((table[SPLIT] == name).sum()) for name in ("train", "validation", "test")},
+        "folds": folds if folds > 1 else 0,
+        "missing_cells": {c: int(table[c].isna().sum()) for c in table_schema.features if table[c].isna().any()},
+        "categorical": table_schema.categorical, "continuous": table_schema.continuous,
+    }
+    with atomic_directory(output_dir) as tmp:
+        table.to_parquet(tmp / "table.parquet", index=False)
+        atomic_write_json(tmp / "schema.json", asdict(table_schema))
+        atomic_write_json(tmp / "encoder.json", encoder.to_dict())
+        atomic_write_json(tmp / "summary.json", summary)
+    return summary
+
+
+@dataclass
+class EncodedRows:
+    categorical: np.ndarray  # (rows, categorical columns) int64
+    continuous: np.ndarray  # (rows, continuous columns + missing indicators) float32
+    labels: np.ndarray  # (rows,) int64
+
+
+@dataclass
+class TabularEncoder:
+    categorical: list[str]
+    continuous: list[str]
+    categories: dict[str, list[str]]  # the training values of each categorical column (index 2..)
+    means: dict[str, float]
+    stds: dict[str, float]
+    indicators: list[str]  # continuous columns with a missing-indicator
+    classes: list[str]
+
+    @classmethod
+    def fit(cls, rows: pd.DataFrame, schema: TableSchema, classes: list[str]) -> TabularEncoder:
+        categories = {c: sorted(set(rows[c].dropna())) for c in schema.categorical}
+        means, stds = {}, {}
+        for c in schema.continuous:
+            values = rows[c].dropna()
+            means[c] = float(values.mean()) if len(values) else 0.0
+            std = float(values.std(ddof=0)) if len(values) else 0.0
+            stds[c] = std if std > 0 else 1.0
+        indicators = [c for c in schema.continuous if rows[c].isna().any()]
+        return cls(schema.categorical, schema.continuous, categories, means, stds, indicators, classes)
+
+    @property
+    def cardinalities(self) -> list[int]:
+        """Embedding rows per categorical column: unknown, missing, then the training values."""
+        return [len(self.categories[c]) + 2 for c in self.categorical]
+
+    @property
+    def n_continuous(self) -> int:
+        return len(self.continuous) + len(self.indicators)
+
+    def transform(self, rows: pd.DataFrame) -> EncodedRows:
+        codes = np.zeros((len(rows), len(self.categorical)), dtype=np.int64)
+        for j, c in enumerate(self.categorical):
+            index = {value: i + 2 for i, value in enumerate(self.categories[c])}
+            codes[:, j] = [MISSING if pd.isna(v) else index.get(v, UNKNOWN) for v in rows[c]]
+        columns = [((rows[c].fillna(self.means[c]) - self.means[c]) / self.stds[c]).to_numpy()
+                   for c in self.continuous]
+        columns += [rows[c].isna().to_numpy(dtype=float) for c in self.indicators]
+        continuous = np.stack(columns, axis=1) if columns else np.zeros((len(rows), 0))
+        lookup = {name: i for i, name in enumerate(self.classes)}
+        labels = np.array([lookup[v] for v in rows[LABEL]], dtype=np.int64)
+        return EncodedRows(codes, continuous.astype(np.float32), labels)
+
+    def one_hot(self, encoded: EncodedRows) -> np.ndarray:
+        """One-hot categoricals beside the continuous inputs: the flat features of the scikit-learn
+        and XGBoost baselines."""
+        blocks = [np.eye(n, dtype=np.float32)[encoded.categorical[:, j]] for j, n in enumerate(self.cardinalities)]
+        return np.concatenate([*blocks, encoded.continuous], axis=1)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TabularEncoder:
+        return cls(**data)
+
+
+def read_prepared(prepared_dir: str | Path) -> tuple[pd.DataFrame, TableSchema, TabularEncoder]:
+    """The prepared table, its schema, and the encoder fitted on its training split."""
+    directory = Path(prepared_dir)
+    if not (directory / "table.parquet").is_file():
+        raise DataError(f"{directory}: no prepared table; run `dvc repro prepare_tabular` "
+                        "or `python pipelines/prepare.py data=tabular`")
+    table = pd.read_parquet(directory / "table.parquet")
+    for column in json.loads((directory / "schema.json").read_text())["categorical"]:
+        table[column] = table[column].astype(object).where(table[column].notna(), None)
+    schema = TableSchema(**json.loads((directory / "schema.json").read_text()))
+    encoder = TabularEncoder.from_dict(json.loads((directory / "encoder.json").read_text()))
+    return table, schema, encoder
+
+
+def fold_rows(table: pd.DataFrame, fold: int | None) -> dict[str, pd.DataFrame]:
+    """train/validation/test rows: the prepared split, or with `fold` = k cross-validation fold k
+    held out as the test rows, the other folds' validation-split rows for early stopping and
+    checkpoint selection, and the rest for training (so the held-out fold never picks a model)."""
+    if fold is None:
+        return {name: table[table[SPLIT] == name] for name in ("train", "validation", "test")}
+    if table[FOLD].max() < 0:
+        raise DataError("data.datamodule.fold is set but the table was prepared without folds (data.folds=5)")
+    if not 0 <= fold <= table[FOLD].max():
+        raise DataError(f"data.datamodule.fold={fold}; the table has folds 0..{table[FOLD].max()}")
+    rest = table[table[FOLD] != fold]
+    return {"train": rest[rest[SPLIT] != "validation"], "validation": rest[rest[SPLIT] == "validation"],
+            "test": table[table[FOLD] == fold]}
+
+
+class TabularRows(Dataset):
+    def __init__(self, encoded: EncodedRows):
+        self.categorical = torch.from_numpy(encoded.categorical)
+        self.continuous = torch.from_numpy(encoded.continuous)
+        self.labels = torch.from_numpy(encoded.labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"categorical": self.categorical[i], "continuous": self.continuous[i], "labels": self.labels[i]}
+
+
+class TabularDataModule(L.LightningDataModule):
+    def __init__(self, prepared_dir: str, batch_size: int = 64, eval_batch_size: int = 512, fold: int | None = None,
+                 num_workers: int = 0):
+        """fold: None = the prepared train/validation/test split; k = cross-validation fold k held out
+        as the test rows (see `fold_rows`; the encoder is then refitted on that fold's training rows)."""
+        super().__init__()
+        self.save_hyperparameters()
+        self.sets: dict[str, TabularRows] = {}
+        self.encoder: TabularEncoder | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.sets:
+            return
+        table, schema, encoder = read_prepared(self.hparams.prepared_dir)
+        rows = fold_rows(table, self.hparams.fold)
+        if self.hparams.fold is not None:
+            encoder = TabularEncoder.fit(rows["train"], schema, encoder.classes)
+        self.encoder = encoder
+        self.sets = {name: TabularRows(encoder.transform(part)) for name, part in rows.items()}
+
+    def model_kwargs(self) -> dict:
+        self.setup()
+        return {"cardinalities": self.encoder.cardinalities, "n_continuous": self.encoder.n_continuous,
+                "n_classes": len(self.encoder.classes)}
+
+    def task_kwargs(self) -> dict:
+        self.setup()
+        return {"labels": self.encoder.classes}
+
+    def _loader(self, name: str, shuffle: bool) -> DataLoader:
+        size = self.hparams.batch_size if shuffle else self.hparams.eval_batch_size
+        return DataLoader(self.sets[name], batch_size=size, shuffle=shuffle, num_workers=self.hparams.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("validation", False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", False)

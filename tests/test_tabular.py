@@ -1,0 +1,212 @@
+"""Tables: schema validation, encoding (unknown and missing values, train-only statistics), the
+TabTransformer's column-set symmetry, the baselines, and the command-line stages."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from conftest import PYTHON, ROOT, SHARED_DATA, run
+from transformer_lab.data.tabular import (LABEL, MISSING, UNKNOWN, TableSchema, TabularDataModule, TabularEncoder,
+                                          fold_rows, prepare, read_prepared, read_table)
+from transformer_lab.errors import DataError
+from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
+
+HEART = SHARED_DATA / "heart" / "processed.cleveland.csv"
+
+
+def write_table(directory: Path, rows: int = 60, seed: int = 0) -> tuple[Path, Path]:
+    """A small learnable table: the label follows colour and size; a few missing cells."""
+    rng = np.random.default_rng(seed)
+    colour = rng.choice(["red", "green", "blue"], rows)
+    size = rng.normal(0, 1, rows).round(3)
+    label = np.where((colour == "red") | (size > 0.5), "yes", "no")
+    frame = pd.DataFrame({"colour": colour, "shape": rng.choice(["round", "square"], rows), "size": size,
+                          "weight": rng.normal(5, 2, rows).round(2).astype(str), "label": label})
+    frame.loc[[3, 7], "shape"] = "?"
+    frame.loc[[5], "weight"] = "?"
+    csv, schema = directory / "table.csv", directory / "schema.yaml"
+    frame.to_csv(csv, index=False)
+    schema.write_text("name: toy\ntarget: label\ncategorical: [colour, shape]\ncontinuous: [size, weight]\n"
+                      'missing_values: ["?"]\n')
+    return csv, schema
+
+
+def test_schema_errors_name_the_field_column_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: t\ntarget: y\ncategorical: [a]\ncontinous: [b]\n")
+    with pytest.raises(DataError, match=r"bad.yaml: unknown schema field 'continous'"):
+        TableSchema.load(bad)
+    bad.write_text("name: t\ncategorical: [a]\n")
+    with pytest.raises(DataError, match=r"schema field 'target' is required"):
+        TableSchema.load(bad)
+
+    csv, schema_path = write_table(tmp_path)
+    schema = TableSchema.load(schema_path)
+    schema.continuous.append("height")
+    with pytest.raises(DataError, match=r"table.csv: column 'height' named in the schema is not in the file"):
+        read_table(csv, schema)
+
+    text = csv.read_text().splitlines()
+    cells = text[9].split(",")
+    cells[2] = "tall"  # the size column of the row on line 10
+    text[9] = ",".join(cells)
+    csv.write_text("\n".join(text) + "\n")
+    with pytest.raises(DataError, match=r"table.csv:10: column 'size': 'tall' is not a number"):
+        read_table(csv, TableSchema.load(schema_path))
+
+
+def test_prepare_cli_exits_2_with_one_line_and_leaves_nothing(tmp_path):
+    csv, schema = write_table(tmp_path)
+    csv.write_text(csv.read_text().replace("label", "target", 1))  # the schema's target column is gone
+    out = tmp_path / "prepared"
+    result = run([PYTHON, "pipelines/prepare.py", "data=tabular", "data.source=local", f"data.local_path={csv}",
+                  f"data.schema={schema}", f"data.prepared_dir={out}", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {csv}: column 'label' named in the schema is not in the file "
+        "(columns: colour, shape, size, weight, target)"]
+    assert not out.exists()
+
+
+def test_unseen_and_missing_values_and_train_only_statistics(tmp_path):
+    csv, schema_path = write_table(tmp_path)
+    schema = TableSchema.load(schema_path)
+    table = read_table(csv, schema)
+    assert table["shape"].isna().sum() == 2 and table["weight"].isna().sum() == 1
+    train = table.iloc[:40]
+    encoder = TabularEncoder.fit(train, schema, ["no", "yes"])
+    assert encoder.means["size"] == pytest.approx(train["size"].mean())  # not the whole table's
+    assert encoder.means["size"] != pytest.approx(table["size"].mean())
+    assert encoder.indicators == ["weight"]  # only columns with missing training cells get one
+    assert encoder.cardinalities == [2 + 3, 2 + 2]
+
+    rows = pd.DataFrame({"colour": ["purple", "red"], "shape": [None, "round"], "size": [np.nan, 1.0],
+                         "weight": [np.nan, 5.0], LABEL: ["no", "yes"]})
+    encoded = encoder.transform(rows)
+    assert encoded.categorical[0].tolist() == [UNKNOWN, MISSING]
+    assert encoded.categorical[1, 0] == 2 + encoder.categories["colour"].index("red")
+    # a missing continuous cell is the training mean (0 once standardised) and sets its indicator
+    assert encoded.continuous[0].tolist() == [0.0, 0.0, 1.0]
+    assert encoded.continuous[1, 2] == 0.0
+    assert encoded.continuous[1, 0] == pytest.approx((1.0 - encoder.means["size"]) / encoder.stds["size"])
+    assert encoded.labels.tolist() == [0, 1]
+    one_hot = encoder.one_hot(encoded)
+    assert one_hot.shape == (2, 5 + 4 + 3) and one_hot[0, UNKNOWN] == 1 and one_hot[0, 5 + MISSING] == 1
+
+
+def test_split_is_stratified_and_folds_keep_test_rows_out(tmp_path):
+    csv, schema = write_table(tmp_path, rows=100)
+    summary = prepare("local", str(tmp_path / "p"), str(schema), local_path=str(csv), seed=3, folds=5)
+    assert sum(summary["splits"].values()) == 100 and summary["missing_cells"] == {"shape": 2, "weight": 1}
+    again = prepare("local", str(tmp_path / "q"), str(schema), local_path=str(csv), seed=3, folds=5)
+    table, _, encoder = read_prepared(tmp_path / "p")
+    assert table.equals(read_prepared(tmp_path / "q")[0]) and summary == again
+    share = (table[LABEL] == "yes").mean()
+    for part in fold_rows(table, None).values():
+        assert abs((part[LABEL] == "yes").mean() - share) < 0.1
+    seen = []
+    for k in range(5):
+        rows = fold_rows(table, k)
+        lines = [set(rows[name]["_line"]) for name in ("train", "validation", "test")]
+        assert not (lines[0] & lines[1] or lines[0] & lines[2] or lines[1] & lines[2])
+        seen += sorted(lines[2])
+    assert sorted(seen) == sorted(table["_line"])  # every row is tested exactly once
+    data = TabularDataModule(str(tmp_path / "p"), fold=2)
+    data.setup()
+    assert len(data.sets["test"]) == len(fold_rows(table, 2)["test"])
+    assert data.encoder.means != encoder.means  # refitted on the fold's training rows
+
+
+def test_without_column_embeddings_the_columns_are_a_set():
+    """Permuting the categorical columns (their values and their embedding tables together)
+    permutes the contextual embeddings the same way: no hidden positional signal."""
+    torch.manual_seed(0)
+    cardinalities = [5, 3, 7, 4]
+    config = dict(cardinalities=cardinalities, n_continuous=2, d_model=16, n_layers=2, n_heads=4, dropout=0.0)
+    model = TabTransformer(TabTransformerConfig(**config, column_embedding_dim=0)).eval()
+    perm = [2, 0, 3, 1]
+    permuted = TabTransformer(TabTransformerConfig(**{**config, "cardinalities": [cardinalities[p] for p in perm]},
+                                                   column_embedding_dim=0)).eval()
+    state = model.state_dict()
+    tables = torch.split(state["embedding.values.weight"], cardinalities)
+    state["embedding.values.weight"] = torch.cat([tables[p] for p in perm])
+    permuted.load_state_dict(state)
+    categorical = torch.stack([torch.randint(0, n, (6,)) for n in cardinalities], dim=1)
+    with torch.no_grad():
+        contextual, _ = model.contextualize(categorical)
+        contextual_permuted, _ = permuted.contextualize(categorical[:, perm])
+    torch.testing.assert_close(contextual_permuted, contextual[:, perm], atol=1e-5, rtol=1e-5)
+    # the columns do read each other: changing one column's value changes the others' states
+    changed = categorical.clone()
+    changed[:, 0] = (changed[:, 0] + 1) % cardinalities[0]
+    with torch.no_grad():
+        assert not torch.allclose(model.contextualize(changed)[0][:, 1:], contextual[:, 1:])
+
+    # With the paper's column embedding the same swap is told apart.
+    tagged = TabTransformer(TabTransformerConfig(**{**config, "cardinalities": [4, 4]}, column_embedding_dim=4)).eval()
+    pair = torch.tensor([[1, 2]])
+    with torch.no_grad():
+        assert not torch.allclose(tagged.contextualize(pair)[0].flip(1), tagged.contextualize(pair.flip(1))[0])
+
+
+def test_mlp_ablation_has_no_transformer_and_same_head_width():
+    config = dict(cardinalities=[4, 6], n_continuous=3, d_model=8, n_heads=2, n_layers=2)
+    transformer = TabTransformer(TabTransformerConfig(**config))
+    mlp = TabTransformer(TabTransformerConfig(**config, architecture="mlp"))
+    assert len(transformer.blocks) == 2 and len(mlp.blocks) == 0
+    assert transformer.head[0].in_features == mlp.head[0].in_features == 2 * 8 + 3
+    logits = mlp(torch.tensor([[0, 5], [1, 1]]), torch.zeros(2, 3))
+    assert logits.shape == (2, 2)
+
+
+def test_training_and_baselines_learn_a_small_table(tmp_path):
+    """TabTransformer through the Lightning trainer, XGBoost and logistic regression through their
+    pipeline code: all beat chance clearly on a learnable table."""
+    from transformer_lab.baselines import train_baseline
+    from transformer_lab.train import train
+    from transformer_lab.utils.config import compose_config
+
+    csv, schema = write_table(tmp_path, rows=240)
+    prepared = tmp_path / "prepared"
+    prepare("local", str(prepared), str(schema), local_path=str(csv), seed=0)
+    common = ["logger=none", f"data.prepared_dir={prepared}"]
+    cfg = compose_config("train", ["experiment=tab_transformer", *common, "callbacks.rich_progress_bar=null",
+                                   "trainer.max_epochs=15", "task.lr=3e-3"], tmp_path / "tt")
+    metrics = train(cfg)
+    assert metrics["test/auroc"] > 0.8 and set(metrics) >= {"test/acc", "test/f1", "val/auroc"}
+    for baseline in ("xgboost", "logistic_regression"):
+        scores = train_baseline(compose_config("train_baseline", [f"baseline={baseline}", *common],
+                                               tmp_path / baseline))
+        assert scores["test/auroc"] > 0.8
+    assert 0 <= scores["test/f1"] <= 1
+    xgb = json.loads((tmp_path / "xgboost" / "metrics.json").read_text())
+    assert xgb["best_iteration"] < 2000  # early stopping on the validation rows
+    assert (tmp_path / "xgboost" / "model.ubj").is_file() and (tmp_path / "logistic_regression" / "model.joblib").is_file()
+
+
+def test_hub_source_offline_is_one_clear_error(tmp_path, offline_hub):
+    with pytest.raises(DataError, match=r"could not load 'scikit-learn/adult-census-income'.*offline\?"):
+        prepare("hub", str(tmp_path / "p"), str(ROOT / "conf/schemas/adult.yaml"),
+                hub_id="scikit-learn/adult-census-income")
+
+
+def test_builtin_penguins():
+    schema = TableSchema.load(ROOT / "conf/schemas/penguins.yaml")
+    from importlib.resources import files
+
+    table = read_table(str(files("palmerpenguins") / "data" / "penguins.csv"), schema)
+    assert len(table) == 344 and sorted(set(table[LABEL])) == ["Adelie", "Chinstrap", "Gentoo"]
+    assert table["sex"].isna().sum() == 11 and table["body_mass_g"].isna().sum() == 2
+
+
+@pytest.mark.skipif(not HEART.is_file(), reason="../shared/data/heart is not present")
+def test_heart_missing_cells_are_handled(tmp_path):
+    summary = prepare("local", str(tmp_path / "heart"), str(ROOT / "conf/schemas/heart.yaml"),
+                      local_path=str(HEART), folds=5)
+    assert summary["rows"] == 303 and summary["classes"] == ["num <= 0", "num > 0"]
+    assert summary["missing_cells"] == {"ca": 4, "thal": 2}
+    assert summary["class_counts"] == {"num <= 0": 164, "num > 0": 139}
