@@ -1,6 +1,7 @@
 """The Hydra config tree: every option composes, bad overrides fail before any work, sweeps run."""
 
 import pytest
+import yaml
 from hydra.utils import instantiate
 from mlflow import MlflowClient
 
@@ -8,7 +9,8 @@ from conftest import PYTHON, ROOT, run
 from transformer_lab.utils.config import compose_config
 
 
-@pytest.mark.parametrize("trainer", ["cpu", "gpu", "ddp", "ddp_cpu", "fsdp", "deepspeed"])
+@pytest.mark.parametrize("trainer", ["cpu", "gpu", "ddp", "ddp_spawn", "ddp_cpu", "fsdp", "deepspeed_stage_2",
+                                     "deepspeed_stage_3"])
 def test_every_trainer_config_composes(tmp_path, trainer):
     cfg = compose_config("train", [f"trainer={trainer}"], tmp_path)
     assert cfg.trainer._target_ == "lightning.pytorch.Trainer"
@@ -24,6 +26,20 @@ def test_distributed_strategies_instantiate(tmp_path):
     fsdp = instantiate(compose_config("train", ["trainer=fsdp"], tmp_path).trainer.strategy)
     assert isinstance(fsdp, FSDPStrategy)
     assert fsdp.kwargs["auto_wrap_policy"]._module_classes == {TransformerBlock}
+    spawn = compose_config("train", ["trainer=ddp_spawn"], tmp_path).trainer.strategy
+    assert spawn == "ddp_spawn"
+
+
+def test_deepspeed_configs_instantiate_their_strategies(tmp_path):
+    stage3 = compose_config("train", ["trainer=deepspeed_stage_3"], tmp_path).trainer
+    assert stage3.strategy._target_ == "lightning.pytorch.strategies.DeepSpeedStrategy"
+    assert stage3.strategy.stage == 3 and stage3.precision == "bf16-mixed"
+    pytest.importorskip("deepspeed", reason="DeepSpeed is installed on GPU machines only (pip install deepspeed)")
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
+    for name, stage in (("deepspeed_stage_2", 2), ("deepspeed_stage_3", 3)):
+        strategy = instantiate(compose_config("train", [f"trainer={name}"], tmp_path).trainer.strategy)
+        assert isinstance(strategy, DeepSpeedStrategy) and strategy.config["zero_optimization"]["stage"] == stage
 
 
 def test_experiment_and_debug_configs_change_what_they_should(tmp_path):
@@ -62,7 +78,8 @@ def test_help_lists_groups_and_examples():
     groups = dict(line.split(": ", 1) for line in result.stdout.splitlines()
                   if ": " in line and line.split(":")[0] in ("data", "model", "trainer", "debug", "hparams_search"))
     expected = {"data": {"atis", "corpus", "bert_pretraining"}, "model": {"encoder", "word2vec", "bert"},
-                "trainer": {"cpu", "ddp", "ddp_cpu", "deepspeed", "default", "fsdp", "gpu"}, "debug": {"smoke"},
+                "trainer": {"cpu", "ddp", "ddp_cpu", "ddp_spawn", "deepspeed_stage_2", "deepspeed_stage_3", "default",
+                            "fsdp", "gpu"}, "debug": {"smoke"},
                 "hparams_search": {"bert_paper"}}
     for group, options in expected.items():
         assert options <= set(groups[group].split(", ")), (group, groups.get(group))
@@ -75,8 +92,11 @@ def test_multirun_gives_one_mlflow_run_per_job(tmp_path, prepared_atis):
                  env={"MLFLOW_TRACKING_URI": uri})
     assert result.returncode == 0, result.stderr[-3000:]
     client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
-    assert len(runs) == 4
+    everything = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
+    [parent] = [r for r in everything if r.info.run_name.startswith("sweep ")]
+    runs = [r for r in everything if r is not parent]
+    assert len(runs) == 4 and all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in runs)
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweeper"] == "BasicSweeper"
     combos = {(r.data.params["model.n_heads"], r.data.params["model.n_layers"]) for r in runs}
     assert combos == {("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")}
     assert all(r.info.status == "FINISHED" and "val/slot_f1" in r.data.metrics for r in runs)
@@ -94,3 +114,35 @@ def test_ddp_cpu_trains_with_two_processes_and_one_mlflow_run(tmp_path, prepared
     client = MlflowClient(uri)
     [mlflow_run] = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
     assert mlflow_run.info.status == "FINISHED" and "val/slot_f1" in mlflow_run.data.metrics
+
+
+@pytest.mark.slow
+def test_optuna_search_is_one_parent_run_with_a_child_per_trial(tmp_path, prepared_atis):
+    uri = f"sqlite:///{tmp_path}/optuna.db"
+    result = run([PYTHON, ROOT / "pipelines" / "train.py", "hparams_search=atis_optuna", "hydra.sweeper.n_trials=2",
+                  "debug=smoke", f"data.prepared_dir={prepared_atis}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                 env={"MLFLOW_TRACKING_URI": uri})
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(uri)
+    everything = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
+    [parent] = [r for r in everything if r.info.run_name.startswith("sweep ")]
+    trials = [r for r in everything if r is not parent]
+    assert parent.data.tags["sweeper"] == "OptunaSweeper" and len(trials) == 2
+    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in trials)
+    scores = [r.data.metrics["val/slot_f1"] for r in trials]
+    best = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
+    assert best["best_value"] == pytest.approx(max(scores), abs=1e-6)  # Optuna got what MLflow shows
+
+
+def test_slurm_launcher_config_validates_without_a_cluster(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", ["hydra/launcher=slurm", "trainer=ddp", "trainer.num_nodes=2",
+                                "hydra.launcher.partition=gpu"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert launcher.nodes == 2 and launcher.partition == "gpu" and launcher.tasks_per_node == 1
+    from hydra.utils import get_class
+
+    assert get_class(launcher._target_).__name__ == "SlurmLauncher"  # the plugin is installed and importable

@@ -18,7 +18,7 @@ from transformer_lab import tracking
 from transformer_lab.data.tabular import EncodedRows, TabularEncoder, fold_rows, read_prepared
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.tasks.tabular_classification import score_probabilities
-from transformer_lab.train import hydra_overrides
+from transformer_lab.train import hydra_overrides, sweep_parent
 from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
 
@@ -97,7 +97,7 @@ def train_baseline(cfg: DictConfig) -> dict[str, float]:
     atomic_write_json(metrics_path, metrics)
     logger = tracking.find_mlflow_logger(instantiate_collection(cfg.get("logger")))
     if logger:
-        tracking.log_run_context(logger, cfg, hydra_overrides())
+        tracking.log_run_context(logger, cfg, hydra_overrides(), sweep_parent())
         tracking.write_run_reference(output_dir / tracking.RUN_REFERENCE, logger)
         logger.log_metrics(metrics)
         tracking.log_artifacts(logger, [metrics_path, model_path])

@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import math
+import time
 from pathlib import Path
 
 import lightning as L
+import torch
 
 from transformer_lab.utils.io import atomic_write_text
 
@@ -39,3 +41,78 @@ class MetricsHistory(L.Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.rows = list(state_dict.get("rows", []))
+
+
+def matmul_parameters(model: torch.nn.Module) -> int:
+    """Parameters that take part in matrix products: all of them except embedding tables that are
+    only looked up (a table tied to an output layer is multiplied, and counts)."""
+    multiplied = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    lookups = sum(m.weight.numel() for m in model.modules()
+                  if isinstance(m, torch.nn.Embedding) and id(m.weight) not in multiplied)
+    return sum(p.numel() for p in model.parameters()) - lookups
+
+
+def flops_per_token(n_params: int, n_layers: int, d_model: int, context: int) -> int:
+    """Training FLOPs per token (forward + backward) of a transformer: 6N for the parameter
+    matmuls plus 12·L·d·T for attention's scores and weighted sums over a context of T (as in
+    Kaplan et al. 2020 and the PaLM paper's MFU appendix)."""
+    return 6 * n_params + 12 * n_layers * d_model * context
+
+
+class Throughput(L.Callback):
+    """Logs perf/samples_per_s every `log_every_n_steps` training steps, summed over all
+    processes; for batches of token ids also perf/tokens_per_s, and for transformer models
+    (a `model.config` with n_layers and d_model) perf/flops_per_token and, where the device's
+    peak is in `peak_tflops` (matched against the CUDA device name), perf/mfu: model FLOPs
+    utilisation. No peak is known for CPUs, so no MFU there."""
+
+    def __init__(self, peak_tflops: dict[str, float] | None = None, log_every_n_steps: int = 10):
+        self.peak_tflops = dict(peak_tflops or {})
+        self.log_every_n_steps = log_every_n_steps
+        self.n_params = 0
+        self.shape: tuple[int, int] | None = None
+        self.peak: float | None = None
+        self._start = 0.0
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        model = getattr(pl_module, "model", pl_module)
+        config = getattr(model, "config", None)
+        self.n_params = matmul_parameters(model)
+        if config is not None and getattr(config, "n_layers", None) and getattr(config, "d_model", None):
+            self.shape = (config.n_layers, config.d_model)
+        self.peak = self.device_peak(pl_module.device)
+
+    def device_peak(self, device: torch.device) -> float | None:
+        """Peak FLOP/s of one device from the table, or None (CPU, or a GPU not in it)."""
+        if device.type != "cuda":
+            return None
+        name = torch.cuda.get_device_name(device)
+        for key, tflops in sorted(self.peak_tflops.items(), key=lambda item: -len(item[0])):
+            if key.lower() in name.lower():
+                return tflops * 1e12
+        return None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if (trainer.global_step + 1) % self.log_every_n_steps:
+            return
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+        seconds = time.perf_counter() - self._start
+        world = trainer.world_size
+        tokens = batch.get("input_ids") if isinstance(batch, dict) else None
+        first = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+        values = {"perf/samples_per_s": len(first) * world / seconds}
+        if tokens is not None:
+            tokens_per_s = tokens.numel() * world / seconds
+            values["perf/tokens_per_s"] = tokens_per_s
+            if self.shape:
+                per_token = flops_per_token(self.n_params, *self.shape, tokens.shape[-1])
+                values["perf/flops_per_token"] = float(per_token)
+                if self.peak:
+                    values["perf/mfu"] = per_token * tokens_per_s / (self.peak * world)
+        pl_module.log_dict(values, on_step=True, on_epoch=False, rank_zero_only=True)

@@ -57,9 +57,10 @@ def flatten(config: dict, prefix: str = "") -> dict[str, object]:
     return flat
 
 
-def log_run_context(logger: MLFlowLogger, cfg: DictConfig, overrides: list[str] | None = None) -> None:
-    """Params = the resolved config, flattened; tags = git commit, DVC stage, Hydra overrides;
-    artifact = the resolved config as YAML."""
+def log_run_context(logger: MLFlowLogger, cfg: DictConfig, overrides: list[str] | None = None,
+                    parent_run_id: str | None = None) -> None:
+    """Params = the resolved config, flattened; tags = git commit, DVC stage, Hydra overrides, the
+    sweep's parent run; artifact = the resolved config as YAML."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     client, run_id = logger.experiment, logger.run_id
     params = {k: str(v) for k, v in flatten(resolved).items()}
@@ -74,6 +75,7 @@ def log_run_context(logger: MLFlowLogger, cfg: DictConfig, overrides: list[str] 
         "dvc_stage": os.environ.get("DVC_STAGE"),
         "hydra_overrides": " ".join(overrides or []) or None,
         "task_name": cfg.get("task_name"),
+        "mlflow.parentRunId": parent_run_id,  # MLflow's own tag: the UI nests this run under its sweep
     }
     for key, value in tags.items():
         if value:

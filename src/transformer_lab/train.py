@@ -6,12 +6,14 @@ from pathlib import Path
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab import plots, tracking
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.hydra_callbacks import sweep_parent_run_id
 from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
 
@@ -28,6 +30,13 @@ def resolve_checkpoint(ckpt_path: str | None, checkpoint_dir: str) -> str | None
 
 def hydra_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def sweep_parent() -> str | None:
+    """In a multirun, the MLflow run of the whole sweep (see hydra_callbacks.MLflowSweepParent)."""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return sweep_parent_run_id(HydraConfig.get().sweep.dir)
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
@@ -56,7 +65,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
                                      logger=loggers or False)
     # Before fit the trainer does not know its rank yet; Lightning reads it from the launcher's environment.
     if mlflow_logger and rank_zero_only.rank == 0:
-        tracking.log_run_context(mlflow_logger, cfg, hydra_overrides())
+        tracking.log_run_context(mlflow_logger, cfg, hydra_overrides(), sweep_parent())
         tracking.write_run_reference(output_dir / tracking.RUN_REFERENCE, mlflow_logger)
         if coverage is not None:
             mlflow_logger.log_metrics({"embeddings/word2vec_coverage": coverage})

@@ -1,0 +1,55 @@
+"""Hydra callbacks: what happens around a whole multirun sweep (configured in conf/hydra/default.yaml)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from transformer_lab.utils.io import atomic_write_json
+
+SWEEP_PARENT = "mlflow_sweep_parent.json"
+
+
+def sweep_parent_run_id(sweep_dir: str | Path) -> str | None:
+    """The MLflow parent run of the sweep writing into sweep_dir, if one was created."""
+    path = Path(sweep_dir, SWEEP_PARENT)
+    return json.loads(path.read_text())["run_id"] if path.is_file() else None
+
+
+class MLflowSweepParent(Callback):
+    """A multirun sweep becomes one MLflow parent run; every job's run is tagged as its child
+    (`mlflow.parentRunId`, set in train.py), so the MLflow UI nests the trials under the sweep and
+    its compare view lines them up. Created once, in the launching process, before any job starts
+    (also when a launcher sends the jobs elsewhere, e.g. SLURM: they read the id from the sweep folder)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if not (config.get("logger") and "mlflow" in config.logger and config.get("paths")):
+            return
+        from mlflow import MlflowClient
+
+        from transformer_lab import tracking
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        client = MlflowClient(config.paths.mlflow_tracking_uri)
+        name = config.task_name
+        experiment = client.get_experiment_by_name(name)
+        experiment_id = experiment.experiment_id if experiment else client.create_experiment(
+            name, artifact_location=tracking.default_artifact_location(config.paths.root_dir, name))
+        overrides = " ".join(config.hydra.overrides.task)
+        run = client.create_run(experiment_id, run_name=f"sweep {sweep_dir.name}",
+                                tags={"sweep_dir": str(sweep_dir), "hydra_overrides": overrides or "(none)",
+                                      "sweeper": config.hydra.sweeper._target_.rsplit(".", 1)[-1]})
+        atomic_write_json(sweep_dir / SWEEP_PARENT, {"run_id": run.info.run_id,
+                                                    "tracking_uri": config.paths.mlflow_tracking_uri})
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        path = Path(config.hydra.sweep.dir, SWEEP_PARENT)
+        if path.is_file():
+            from mlflow import MlflowClient
+
+            reference = json.loads(path.read_text())
+            MlflowClient(reference["tracking_uri"]).set_terminated(reference["run_id"])

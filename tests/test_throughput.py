@@ -1,0 +1,50 @@
+"""The throughput callback: tokens/s, model FLOPs per token, and MFU only where a peak is known."""
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from transformer_lab.callbacks import Throughput, flops_per_token, matmul_parameters
+from transformer_lab.models.gpt import GPTConfig, GPTLMHeadModel
+
+
+class TinyLanguageModel(L.LightningModule):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.model = GPTLMHeadModel(config)
+
+    def training_step(self, batch, batch_idx):
+        logits = self.model(batch["input_ids"][:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1), batch["input_ids"][:, 1:].flatten())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_gpt_flops_count_and_cpu_run_without_mfu():
+    config = GPTConfig(vocab_size=50, size="tiny", max_len=16)
+    model = GPTLMHeadModel(config)
+    # the tied token table is multiplied by the LM head (counted); the position table is only looked up
+    assert matmul_parameters(model) == sum(p.numel() for p in model.parameters()) - model.gpt.position.embedding.weight.numel()
+    assert flops_per_token(100, 2, 8, 16) == 600 + 12 * 2 * 8 * 16
+
+    batches = [{"input_ids": torch.randint(0, 50, (4, 17))} for _ in range(4)]
+    callback = Throughput(peak_tflops={"H100": 989}, log_every_n_steps=2)
+    trainer = L.Trainer(max_steps=4, accelerator="cpu", devices=1, callbacks=[callback], logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(TinyLanguageModel(config), DataLoader(batches, batch_size=None))
+    metrics = trainer.callback_metrics
+    assert metrics["perf/tokens_per_s"] > 0 and metrics["perf/samples_per_s"] > 0
+    expected = flops_per_token(matmul_parameters(model), config.n_layers, config.d_model, 17)  # the batch length
+    assert metrics["perf/flops_per_token"] == expected
+    assert "perf/mfu" not in metrics  # no peak is known for a CPU
+
+
+def test_peak_is_looked_up_by_device_name(monkeypatch):
+    callback = Throughput(peak_tflops={"H100": 989, "A100": 312})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert callback.device_peak(torch.device("cuda", 0)) == 989e12
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA GeForce RTX 3060")
+    assert callback.device_peak(torch.device("cuda", 0)) is None
+    assert callback.device_peak(torch.device("cpu")) is None
