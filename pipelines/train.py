@@ -9,7 +9,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.train import train  # noqa: E402
-from transformer_lab.utils.cli import pipeline  # noqa: E402
+from transformer_lab.utils.cli import pipeline, rejoin_ddp_job  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -20,4 +20,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    rejoin_ddp_job()  # an extra DDP process of one multirun job runs that job, not the sweep
     main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ class MLflowSweepParent(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not (config.get("logger") and "mlflow" in config.logger and config.get("paths")):
             return
+        if int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))):
+            return  # every process of a torchrun-started sweep runs this; one parent, from rank 0
         from mlflow import MlflowClient
 
         from transformer_lab import tracking
@@ -53,3 +56,21 @@ class MLflowSweepParent(Callback):
 
             reference = json.loads(path.read_text())
             MlflowClient(reference["tracking_uri"]).set_terminated(reference["run_id"])
+
+
+class DistributedJobReset(Callback):
+    """Multirun + DDP: Lightning's launcher leaves its variables (LOCAL_RANK, WORLD_SIZE,
+    MASTER_PORT, ...) and the process group behind in a job's main process; the sweep's next job
+    would then believe its processes were started externally and wait for peers that never come.
+    Every job starts from the environment it found."""
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._environment = dict(os.environ)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(self._environment)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import lightning as L
@@ -14,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab import plots, tracking
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.hydra_callbacks import sweep_parent_run_id
+from transformer_lab.utils.cli import JOB_DIR_ENV
 from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
 
@@ -41,6 +43,8 @@ def sweep_parent() -> str | None:
 
 def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
+    if HydraConfig.initialized():  # for the extra DDP processes of a multirun job (see rejoin_ddp_job)
+        os.environ[JOB_DIR_ENV] = HydraConfig.get().runtime.output_dir
     output_dir = Path(cfg.paths.output_dir)
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.checkpoint_dir)
 

@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 import torch
 import yaml
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from transformer_lab.errors import DataError
 from transformer_lab.utils.io import atomic_directory, atomic_write_json
@@ -327,9 +327,10 @@ class TabularRows(Dataset):
 
 class TabularDataModule(L.LightningDataModule):
     def __init__(self, prepared_dir: str, batch_size: int = 64, eval_batch_size: int = 512, fold: int | None = None,
-                 num_workers: int = 0):
+                 num_workers: int = 0, shuffle: bool = True):
         """fold: None = the prepared train/validation/test split; k = cross-validation fold k held out
-        as the test rows (see `fold_rows`; the encoder is then refitted on that fold's training rows)."""
+        as the test rows (see `fold_rows`; the encoder is then refitted on that fold's training rows).
+        shuffle=False keeps the training rows in order (comparing one process with several)."""
         super().__init__()
         self.save_hyperparameters()
         self.sets: dict[str, TabularRows] = {}
@@ -354,11 +355,18 @@ class TabularDataModule(L.LightningDataModule):
         self.setup()
         return {"labels": self.encoder.classes}
 
-    def _loader(self, name: str, shuffle: bool) -> DataLoader:
-        size = self.hparams.batch_size if shuffle else self.hparams.eval_batch_size
-        return DataLoader(self.sets[name], batch_size=size, shuffle=shuffle, num_workers=self.hparams.num_workers)
+    def _loader(self, name: str, training: bool) -> DataLoader:
+        size = self.hparams.batch_size if training else self.hparams.eval_batch_size
+        return DataLoader(self.sets[name], batch_size=size, shuffle=training and self.hparams.shuffle,
+                          num_workers=self.hparams.num_workers)
 
     def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        if not self.hparams.shuffle and trainer is not None and trainer.world_size > 1:
+            # Lightning's own distributed sampler always shuffles training data; keep file order
+            sampler = DistributedSampler(self.sets["train"], trainer.world_size, trainer.global_rank, shuffle=False)
+            return DataLoader(self.sets["train"], batch_size=self.hparams.batch_size, sampler=sampler,
+                              num_workers=self.hparams.num_workers)
         return self._loader("train", True)
 
     def val_dataloader(self) -> DataLoader:

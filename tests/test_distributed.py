@@ -1,0 +1,68 @@
+"""Data parallelism on CPU (`trainer=ddp_cpu`, two gloo processes) gives the same training as one
+process with the same global batch and seed, and checkpoints move between the two."""
+
+import pytest
+import torch
+
+from conftest import PYTHON, ROOT, run
+from transformer_lab.data.tabular import prepare
+
+pytestmark = pytest.mark.slow
+
+
+def train(run_dir, prepared, *overrides: str):
+    # the TabTransformer: fixed-size rows and a per-row mean loss, so two half batches average to
+    # exactly the full batch's gradient; no dropout (each process draws its own masks)
+    result = run([PYTHON, ROOT / "pipelines" / "train.py", "experiment=tab_transformer", "logger=none",
+                  "callbacks.rich_progress_bar=null", f"data.prepared_dir={prepared}", "data.datamodule.shuffle=false",
+                  "model.dropout=0", "model.mlp_dropout=0", f"hydra.run.dir={run_dir}", *overrides])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+
+
+def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
+    prepared = tmp_path / "penguins"
+    prepare("builtin", str(prepared), str(ROOT / "conf/schemas/penguins.yaml"))
+    one = train(tmp_path / "one", prepared, "++trainer.max_steps=6", "data.datamodule.batch_size=16")
+    two = train(tmp_path / "two", prepared, "trainer=ddp_cpu", "++trainer.max_steps=6", "data.datamodule.batch_size=8")
+    assert one["global_step"] == two["global_step"] == 6
+    changed = 0
+    for name, value in one["state_dict"].items():
+        torch.testing.assert_close(two["state_dict"][name], value, atol=2e-5, rtol=1e-4, msg=name)
+        changed += 1
+    assert changed > 10
+
+    # a checkpoint written by two processes resumes in one, and one written by one resumes in two
+    resumed = train(tmp_path / "two", prepared, "++trainer.max_steps=9", "data.datamodule.batch_size=16",
+                    "ckpt_path=last")
+    assert resumed["global_step"] == 9
+    resumed = train(tmp_path / "one", prepared, "trainer=ddp_cpu", "++trainer.max_steps=9",
+                    "data.datamodule.batch_size=8", "ckpt_path=last")
+    assert resumed["global_step"] == 9
+
+
+def test_multirun_with_ddp_is_one_mlflow_run_per_job(tmp_path):
+    """Hydra multirun x DDP: each job's second process must join its job, not start a sweep of its own."""
+    from mlflow import MlflowClient
+
+    prepared = tmp_path / "penguins"
+    prepare("builtin", str(prepared), str(ROOT / "conf/schemas/penguins.yaml"))
+    uri = f"sqlite:///{tmp_path}/ddp_sweep.db"
+    result = run([PYTHON, ROOT / "pipelines" / "train.py", "-m", "experiment=tab_transformer", "trainer=ddp_cpu",
+                  "model.n_heads=2,4", "++trainer.max_steps=3", "callbacks.rich_progress_bar=null",
+                  f"data.prepared_dir={prepared}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                 env={"MLFLOW_TRACKING_URI": uri})
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(uri)
+    everything = client.search_runs([client.get_experiment_by_name("tabular").experiment_id])
+    [parent] = [r for r in everything if r.info.run_name.startswith("sweep ")]
+    jobs = [r for r in everything if r is not parent]
+    assert sorted(r.data.params["model.n_heads"] for r in jobs) == ["2", "4"]
+    assert all(r.info.status == "FINISHED" and r.data.tags["mlflow.parentRunId"] == parent.info.run_id
+               and "test/auroc" in r.data.metrics for r in jobs)
+    folders = sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir() and not p.name.startswith("."))
+    assert folders == ["0", "1"]
+    for folder in folders:  # each job ran its two processes, and only its own
+        assert (tmp_path / "sweep" / folder / "metrics.json").is_file()
+        assert (tmp_path / "sweep" / folder / "train_ddp_process_1.log").is_file()
+    assert result.stdout.count("Launching 2 jobs") + result.stderr.count("Launching 2 jobs") == 1
