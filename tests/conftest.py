@@ -70,3 +70,13 @@ def copy_project(dst: Path) -> Path:
             (dst / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst / name)
     return dst
+
+
+def sweep_runs(tracking_uri: str, experiment: str):
+    """A multirun's MLflow runs: (the sweep's parent run, the jobs' runs)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    everything = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    [parent] = [r for r in everything if r.info.run_name.startswith("sweep ")]
+    return parent, [r for r in everything if r is not parent]

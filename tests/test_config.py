@@ -5,7 +5,7 @@ import yaml
 from hydra.utils import instantiate
 from mlflow import MlflowClient
 
-from conftest import PYTHON, ROOT, run
+from conftest import PYTHON, ROOT, run, sweep_runs
 from transformer_lab.utils.config import compose_config
 
 
@@ -91,10 +91,7 @@ def test_multirun_gives_one_mlflow_run_per_job(tmp_path, prepared_atis):
                   "debug=smoke", f"data.prepared_dir={prepared_atis}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                  env={"MLFLOW_TRACKING_URI": uri})
     assert result.returncode == 0, result.stderr[-3000:]
-    client = MlflowClient(uri)
-    everything = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
-    [parent] = [r for r in everything if r.info.run_name.startswith("sweep ")]
-    runs = [r for r in everything if r is not parent]
+    parent, runs = sweep_runs(uri, "atis")
     assert len(runs) == 4 and all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in runs)
     assert parent.info.status == "FINISHED" and parent.data.tags["sweeper"] == "BasicSweeper"
     combos = {(r.data.params["model.n_heads"], r.data.params["model.n_layers"]) for r in runs}
@@ -123,10 +120,7 @@ def test_optuna_search_is_one_parent_run_with_a_child_per_trial(tmp_path, prepar
                   "debug=smoke", f"data.prepared_dir={prepared_atis}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                  env={"MLFLOW_TRACKING_URI": uri})
     assert result.returncode == 0, result.stderr[-3000:]
-    client = MlflowClient(uri)
-    everything = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
-    [parent] = [r for r in everything if r.info.run_name.startswith("sweep ")]
-    trials = [r for r in everything if r is not parent]
+    parent, trials = sweep_runs(uri, "atis")
     assert parent.data.tags["sweeper"] == "OptunaSweeper" and len(trials) == 2
     assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in trials)
     scores = [r.data.metrics["val/slot_f1"] for r in trials]

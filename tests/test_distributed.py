@@ -4,7 +4,7 @@ process with the same global batch and seed, and checkpoints move between the tw
 import pytest
 import torch
 
-from conftest import PYTHON, ROOT, run
+from conftest import PYTHON, ROOT, run, sweep_runs
 from transformer_lab.data.tabular import prepare
 
 pytestmark = pytest.mark.slow
@@ -43,8 +43,6 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
 
 def test_multirun_with_ddp_is_one_mlflow_run_per_job(tmp_path):
     """Hydra multirun x DDP: each job's second process must join its job, not start a sweep of its own."""
-    from mlflow import MlflowClient
-
     prepared = tmp_path / "penguins"
     prepare("builtin", str(prepared), str(ROOT / "conf/schemas/penguins.yaml"))
     uri = f"sqlite:///{tmp_path}/ddp_sweep.db"
@@ -53,10 +51,7 @@ def test_multirun_with_ddp_is_one_mlflow_run_per_job(tmp_path):
                   f"data.prepared_dir={prepared}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                  env={"MLFLOW_TRACKING_URI": uri})
     assert result.returncode == 0, result.stderr[-3000:]
-    client = MlflowClient(uri)
-    everything = client.search_runs([client.get_experiment_by_name("tabular").experiment_id])
-    [parent] = [r for r in everything if r.info.run_name.startswith("sweep ")]
-    jobs = [r for r in everything if r is not parent]
+    parent, jobs = sweep_runs(uri, "tabular")
     assert sorted(r.data.params["model.n_heads"] for r in jobs) == ["2", "4"]
     assert all(r.info.status == "FINISHED" and r.data.tags["mlflow.parentRunId"] == parent.info.run_id
                and "test/auroc" in r.data.metrics for r in jobs)
