@@ -43,9 +43,8 @@ def sweep_parent() -> str | None:
 
 def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
-    if HydraConfig.initialized():  # for the extra DDP processes of a multirun job (see rejoin_ddp_job)
-        os.environ[JOB_DIR_ENV] = HydraConfig.get().runtime.output_dir
     output_dir = Path(cfg.paths.output_dir)
+    os.environ[JOB_DIR_ENV] = str(output_dir)  # for the extra DDP processes of a multirun job (rejoin_ddp_job)
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.checkpoint_dir)
 
     datamodule = instantiate(cfg.data.datamodule)
