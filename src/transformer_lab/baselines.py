@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from transformer_lab import tracking
-from transformer_lab.data.tabular import EncodedRows, TabularEncoder, fold_rows, read_prepared
+from transformer_lab.data.tabular import EncodedRows, TabularEncoder, encoded_splits
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.tasks.tabular_classification import score_probabilities
 from transformer_lab.train import hydra_overrides, sweep_parent
@@ -76,12 +76,7 @@ def train_baseline(cfg: DictConfig) -> dict[str, float]:
     record everything in an MLflow run of the task's experiment."""
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    table, schema, encoder = read_prepared(cfg.data.prepared_dir)
-    fold = cfg.data.datamodule.get("fold")
-    rows = fold_rows(table, fold)
-    if fold is not None:
-        encoder = TabularEncoder.fit(rows["train"], schema, encoder.classes)
-    encoded = {name: encoder.transform(part) for name, part in rows.items()}
+    encoded, encoder = encoded_splits(cfg.data.prepared_dir, cfg.data.datamodule.get("fold"))
     estimator = instantiate(cfg.baseline)
 
     start = time.perf_counter()
@@ -102,6 +97,6 @@ def train_baseline(cfg: DictConfig) -> dict[str, float]:
         logger.log_metrics(metrics)
         tracking.log_artifacts(logger, [metrics_path, model_path])
         if cfg.get("log_model"):
-            tracking.log_estimator(logger, estimator)
+            tracking.log_estimator(logger, estimator, "xgboost" if is_xgboost(estimator) else "sklearn")
         logger.finalize("success")
     return metrics

@@ -44,9 +44,7 @@ def mlflow_run_for(cfg: DictConfig, run_reference: dict | None, run_name: str = 
             return client, client.get_run(run_reference["run_id"]).info.run_id
         except mlflow.exceptions.MlflowException:
             pass
-    experiment = client.get_experiment_by_name(cfg.task_name)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(
-        cfg.task_name, artifact_location=tracking.default_artifact_location(cfg.paths.root_dir, cfg.task_name))
+    experiment_id = tracking.experiment_id(client, cfg.task_name, cfg.paths.root_dir)
     return client, client.create_run(experiment_id, tags={"mlflow.runName": run_name}).info.run_id
 
 

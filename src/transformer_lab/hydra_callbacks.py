@@ -38,10 +38,7 @@ class MLflowSweepParent(Callback):
 
         sweep_dir = Path(config.hydra.sweep.dir)
         client = MlflowClient(config.paths.mlflow_tracking_uri)
-        name = config.task_name
-        experiment = client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment else client.create_experiment(
-            name, artifact_location=tracking.default_artifact_location(config.paths.root_dir, name))
+        experiment_id = tracking.experiment_id(client, config.task_name, config.paths.root_dir)
         overrides = " ".join(config.hydra.overrides.task)
         run = client.create_run(experiment_id, run_name=f"sweep {sweep_dir.name}",
                                 tags={"sweep_dir": str(sweep_dir), "hydra_overrides": overrides or "(none)",

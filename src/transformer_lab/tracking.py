@@ -26,6 +26,14 @@ def default_artifact_location(root_dir: str, experiment: str) -> str | None:
     return Path(root_dir, "mlruns", experiment).resolve().as_uri()
 
 
+def experiment_id(client, name: str, root_dir: str) -> str:
+    """The id of MLflow experiment `name`, created (artifacts where the loggers put them) if absent."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment:
+        return experiment.experiment_id
+    return client.create_experiment(name, artifact_location=default_artifact_location(root_dir, name))
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("mlflow_artifact_location"):
         OmegaConf.register_new_resolver("mlflow_artifact_location", default_artifact_location)
@@ -122,18 +130,17 @@ def read_run_reference(path: str | Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def log_estimator(logger: MLFlowLogger, estimator) -> str:
-    """A fitted XGBoost or scikit-learn estimator as an MLflow model (its own flavour); returns its URI."""
-    import mlflow
-
+def log_estimator(logger: MLFlowLogger, estimator, flavour: str) -> str:
+    """A fitted estimator as an MLflow model of `flavour` ("xgboost" or "sklearn"); returns its URI."""
+    import importlib
     from importlib.metadata import version
 
-    if type(estimator).__module__.startswith("xgboost"):
-        flavour, requirement = mlflow.xgboost, f"xgboost=={version('xgboost')}"
-    else:
-        flavour, requirement = mlflow.sklearn, f"scikit-learn=={version('scikit-learn')}"
+    import mlflow
+
+    package = {"xgboost": "xgboost", "sklearn": "scikit-learn"}[flavour]
     mlflow.set_tracking_uri(logger._tracking_uri)
     with mlflow.start_run(run_id=logger.run_id):  # requirements named: inferring them imports everything
-        info = flavour.log_model(estimator, name="model", signature=False, pip_requirements=[requirement])
+        info = importlib.import_module(f"mlflow.{flavour}").log_model(
+            estimator, name="model", signature=False, pip_requirements=[f"{package}=={version(package)}"])
     logger.experiment.set_tag(logger.run_id, "model_uri", info.model_uri)
     return info.model_uri

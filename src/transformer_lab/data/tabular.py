@@ -312,6 +312,16 @@ def fold_rows(table: pd.DataFrame, fold: int | None) -> dict[str, pd.DataFrame]:
             "test": table[table[FOLD] == fold]}
 
 
+def encoded_splits(prepared_dir: str | Path, fold: int | None = None) -> tuple[dict[str, EncodedRows], TabularEncoder]:
+    """train/validation/test rows of the prepared table (`fold_rows`), encoded by the saved
+    encoder, or for a cross-validation fold by one refitted on that fold's training rows."""
+    table, schema, encoder = read_prepared(prepared_dir)
+    rows = fold_rows(table, fold)
+    if fold is not None:
+        encoder = TabularEncoder.fit(rows["train"], schema, encoder.classes)
+    return {name: encoder.transform(part) for name, part in rows.items()}, encoder
+
+
 class TabularRows(Dataset):
     def __init__(self, encoded: EncodedRows):
         self.categorical = torch.from_numpy(encoded.categorical)
@@ -339,12 +349,8 @@ class TabularDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.sets:
             return
-        table, schema, encoder = read_prepared(self.hparams.prepared_dir)
-        rows = fold_rows(table, self.hparams.fold)
-        if self.hparams.fold is not None:
-            encoder = TabularEncoder.fit(rows["train"], schema, encoder.classes)
-        self.encoder = encoder
-        self.sets = {name: TabularRows(encoder.transform(part)) for name, part in rows.items()}
+        encoded, self.encoder = encoded_splits(self.hparams.prepared_dir, self.hparams.fold)
+        self.sets = {name: TabularRows(rows) for name, rows in encoded.items()}
 
     def model_kwargs(self) -> dict:
         self.setup()
