@@ -5,18 +5,18 @@ linear warm-up then cosine decay."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models.vit import ViTConfig, VisionTransformer
-from transformer_lab.tasks.schedules import adamw_with_warmup
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
 
 class ImageClassificationTask(SequenceClassificationTask):
+    lr_decay = "cosine"
+
     def __init__(self, model_config: dict, labels: list[str], lr: float = 1e-3, weight_decay: float = 0.05,
                  warmup_ratio: float = 0.1, label_smoothing: float = 0.0):
-        super().__init__(model_config, labels, None, lr, weight_decay, warmup_ratio)
+        super().__init__(model_config, labels, None, lr, weight_decay, warmup_ratio, label_smoothing)
         self.save_hyperparameters(logger=False)
 
     def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
@@ -25,14 +25,6 @@ class ImageClassificationTask(SequenceClassificationTask):
     def classify(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
         return self.model(batch["images"])[0], None
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        logits = self.model(batch["images"])[0]
-        loss = F.cross_entropy(logits, batch["labels"], label_smoothing=self.hparams.label_smoothing)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(batch["labels"]),
-                 sync_dist=True)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
-        return loss
-
     @torch.no_grad()
     def predict_images(self, images: torch.Tensor, return_weights: bool = False) -> tuple[torch.Tensor, list]:
         """Predicted classes, in eval mode, and with return_weights every block's attention weights
@@ -40,9 +32,3 @@ class ImageClassificationTask(SequenceClassificationTask):
         self.model.eval()
         logits, weights = self.model(images, return_weights=return_weights)
         return logits.argmax(-1), weights
-
-    def configure_optimizers(self):
-        h = self.hparams
-        total = self.trainer.estimated_stepping_batches
-        return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, int(h.warmup_ratio * total),
-                                 decay="cosine")

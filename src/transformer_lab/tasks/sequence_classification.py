@@ -1,5 +1,7 @@
-"""BERT fine-tuning for sentence and sentence-pair classification: cross-entropy on the pooled
-[CLS], accuracy and macro-F1, AdamW with BERT's warm-up + linear decay."""
+"""BERT fine-tuning for sentence and sentence-pair classification: cross-entropy (optionally
+label-smoothed) on the pooled [CLS], accuracy and macro-F1, AdamW with BERT's warm-up + linear
+decay. The other classifiers (GPT, ViT, TabTransformer) derive from it and vary the model, the
+inputs, the metrics and the schedule, so their runs log the same names."""
 
 from __future__ import annotations
 
@@ -11,20 +13,27 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from transformer_lab.models.bert import BertClassifierConfig, BertForSequenceClassification
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
-from transformer_lab.tasks.schedules import adamw_warmup_linear
+from transformer_lab.tasks.schedules import adamw_with_warmup
 
 
 class SequenceClassificationTask(L.LightningModule):
+    lr_decay = "linear"  # after warm-up: BERT's linear decay to 0; the ViT and table tasks decay along a cosine
+
     def __init__(self, model_config: dict, labels: list[str], pretrained: str | None = None, lr: float = 1e-4,
-                 weight_decay: float = 0.01, warmup_ratio: float = 0.1):
+                 weight_decay: float = 0.01, warmup_ratio: float = 0.1, label_smoothing: float = 0.0):
         """pretrained: a `pretrain_bert` checkpoint, "hf:NAME", or None for a random start."""
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.model = self.build_model(model_config, pretrained)
-        n = len(labels)
-        self.metrics = nn.ModuleDict({stage: nn.ModuleDict({"acc": MulticlassAccuracy(n, average="micro"),
-                                                            "macro_f1": MulticlassF1Score(n, average="macro")})
-                                      for stage in ("val", "test")})
+        self.metrics = nn.ModuleDict({stage: self.build_metrics(len(labels)) for stage in ("val", "test")})
+
+    def build_metrics(self, n_classes: int) -> nn.ModuleDict:
+        return nn.ModuleDict({"acc": MulticlassAccuracy(n_classes, average="micro"),
+                              "macro_f1": MulticlassF1Score(n_classes, average="macro")})
+
+    def metric_input(self, logits: torch.Tensor) -> torch.Tensor:
+        """What the metrics are updated with: predicted classes here."""
+        return logits.argmax(-1)
 
     def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
         model = BertForSequenceClassification(BertClassifierConfig(**model_config))
@@ -40,7 +49,7 @@ class SequenceClassificationTask(L.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         logits, auxiliary = self.classify(batch)
-        loss = F.cross_entropy(logits, batch["labels"])
+        loss = F.cross_entropy(logits, batch["labels"], label_smoothing=self.hparams.label_smoothing)
         size = len(batch["labels"])
         if auxiliary is not None:
             self.log("train/task_loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
@@ -54,8 +63,9 @@ class SequenceClassificationTask(L.LightningModule):
         logits = self(batch)
         size = len(batch["labels"])
         self.log(f"{stage}/loss", F.cross_entropy(logits, batch["labels"]), batch_size=size, sync_dist=True)
+        predictions = self.metric_input(logits)
         for name, metric in self.metrics[stage].items():
-            metric.update(logits.argmax(-1), batch["labels"])
+            metric.update(predictions, batch["labels"])
             self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "acc", batch_size=size)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
@@ -66,5 +76,6 @@ class SequenceClassificationTask(L.LightningModule):
 
     def configure_optimizers(self):
         h = self.hparams
-        return adamw_warmup_linear(self.model, h.lr, h.weight_decay, h.warmup_ratio,
-                                   self.trainer.estimated_stepping_batches)
+        total = self.trainer.estimated_stepping_batches
+        return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, int(h.warmup_ratio * total),
+                                 decay=self.lr_decay)

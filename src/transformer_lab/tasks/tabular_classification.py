@@ -1,17 +1,16 @@
-"""Classification of table rows with the TabTransformer (or its MLP ablation): cross-entropy,
-accuracy, ROC-AUC and F1 (torchmetrics; binary scores on the positive class for two classes,
-macro averages otherwise), AdamW with linear warm-up then cosine decay."""
+"""Classification of table rows with the TabTransformer (or its MLP ablation): the sentence-
+classification task's training and logging, with accuracy, ROC-AUC and F1 (torchmetrics; binary
+scores on the positive class for two classes, macro averages otherwise), AdamW with linear
+warm-up then cosine decay."""
 
 from __future__ import annotations
 
-import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torchmetrics import Accuracy, AUROC, F1Score
 
 from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
-from transformer_lab.tasks.schedules import adamw_with_warmup
+from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
 
 def classification_metrics(n_classes: int) -> nn.ModuleDict:
@@ -34,46 +33,25 @@ def score_probabilities(probabilities: torch.Tensor, labels: torch.Tensor) -> di
     return {name: float(metric(metric_input(probabilities), labels)) for name, metric in metrics.items()}
 
 
-class TabularClassificationTask(L.LightningModule):
+class TabularClassificationTask(SequenceClassificationTask):
     def __init__(self, model_config: dict, labels: list[str], lr: float = 1e-3, weight_decay: float = 1e-2,
                  warmup_ratio: float = 0.05, label_smoothing: float = 0.0):
-        super().__init__()
+        super().__init__(model_config, labels, None, lr, weight_decay, warmup_ratio, label_smoothing)
         self.save_hyperparameters(logger=False)
-        self.model = TabTransformer(TabTransformerConfig(**model_config))
-        self.metrics = nn.ModuleDict({stage: classification_metrics(len(labels)) for stage in ("val", "test")})
 
-    def forward(self, batch: dict) -> torch.Tensor:
-        return self.model(batch["categorical"], batch["continuous"])
+    def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
+        return TabTransformer(TabTransformerConfig(**model_config))
 
-    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss = F.cross_entropy(self(batch), batch["labels"], label_smoothing=self.hparams.label_smoothing)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(batch["labels"]),
-                 sync_dist=True)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
-        return loss
+    def build_metrics(self, n_classes: int) -> nn.ModuleDict:
+        return classification_metrics(n_classes)
 
-    def _evaluate(self, batch: dict, stage: str) -> None:
-        logits = self(batch)
-        size = len(batch["labels"])
-        self.log(f"{stage}/loss", F.cross_entropy(logits, batch["labels"]), batch_size=size, sync_dist=True)
-        scores = metric_input(logits.softmax(-1))
-        for name, metric in self.metrics[stage].items():
-            metric.update(scores, batch["labels"])
-            self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "auroc", batch_size=size)
+    def metric_input(self, logits: torch.Tensor) -> torch.Tensor:
+        return metric_input(logits.softmax(-1))  # ROC-AUC needs scores, not classes
 
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._evaluate(batch, "val")
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._evaluate(batch, "test")
+    def classify(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.model(batch["categorical"], batch["continuous"]), None
 
     @torch.no_grad()
     def predict_probabilities(self, categorical: torch.Tensor, continuous: torch.Tensor) -> torch.Tensor:
         self.model.eval()
         return self.model(categorical, continuous).softmax(-1)
-
-    def configure_optimizers(self):
-        h = self.hparams
-        total = self.trainer.estimated_stepping_batches
-        return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, int(h.warmup_ratio * total),
-                                 decay="cosine")
