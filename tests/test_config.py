@@ -58,6 +58,12 @@ def test_tracking_uri_comes_from_the_environment(tmp_path, monkeypatch):
     cfg = compose_config("train", [], tmp_path)
     assert cfg.logger.mlflow.tracking_uri == f"sqlite:///{cfg.paths.root_dir}/mlflow.db"
     assert cfg.logger.mlflow.artifact_location.endswith("/mlruns/atis")  # one folder per experiment
+    # `dvc exp run --queue` runs stages in a temporary copy; the store stays in the project (DVC_ROOT)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path / "project"))
+    cfg = compose_config("train", [], tmp_path)
+    assert cfg.logger.mlflow.tracking_uri == f"sqlite:///{tmp_path}/project/mlflow.db"
+    assert cfg.logger.mlflow.artifact_location == (tmp_path / "project" / "mlruns" / "atis").as_uri()
+    assert cfg.paths.data_dir == f"{cfg.paths.root_dir}/data"  # the data are the copy's own
 
 
 @pytest.mark.parametrize("override, message", [

@@ -26,6 +26,11 @@ def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
     return result
 
 
+def git(project: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=project, check=True,
+                   capture_output=True)
+
+
 def set_param(path: Path, key: str, old: str, new: str) -> None:
     text = path.read_text()
     assert f"{key}: {old}" in text, f"{path} has no '{key}: {old}'"
@@ -54,8 +59,9 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "30", "2")
     for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
-    for cmd in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"]):
-        subprocess.run(["git", *cmd], cwd=project, check=True, capture_output=True)
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "tiny")
 
     first = dvc(project, "repro")
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
@@ -81,9 +87,16 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     second = dvc(project, "repro")
     assert ran_stages(second.stdout) == [] and "up to date" in second.stdout
 
-    set_param(conf / "model" / "encoder.yaml", "n_heads", "4", "2")
-    third = dvc(project, "repro")
+    # A queued experiment runs in a temporary copy of the project, re-runs only what its change
+    # touches, and still logs into the project's MLflow store.
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "pipeline outputs")
+    dvc(project, "exp", "run", "--queue", "-n", "two-heads", "-S", "conf/model/encoder.yaml:n_heads=2")
+    third = dvc(project, "exp", "run", "--run-all")
     assert ran_stages(third.stdout) == ["train_atis", "evaluate_atis"]
+    dvc(project, "exp", "apply", "two-heads")
+    assert "n_heads: 2" in (conf / "model" / "encoder.yaml").read_text()
+    assert "up to date" in dvc(project, "status").stdout
 
     # pre-train -> fine-tune: a BERT change re-runs pre-training and every fine-tuning stage after it
     set_param(conf / "model" / "bert.yaml", "dropout", "0.1", "0.0")
@@ -99,6 +112,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     workspace = next(e for e in shown if e["rev"] == "workspace")["data"]
     assert workspace["params"]["conf/model/encoder.yaml"]["data"]["n_heads"] == 2
     assert "test/slot_f1" in workspace["metrics"]["artifacts/atis/eval/metrics.json"]["data"]
+    assert "two-heads" in {e["name"] for commit in shown for e in commit.get("experiments") or []}
     dvc(project, "plots", "show", "-o", str(tmp_path / "plots"))
     assert (tmp_path / "plots" / "index.html").is_file()
 
@@ -114,6 +128,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
     encoder_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "train_atis"]
     assert len(encoder_runs) == 2 and {r.data.params["model.n_heads"] for r in encoder_runs} == {"4", "2"}
+    [queued] = [r for r in encoder_runs if r.data.params["model.n_heads"] == "2"]
+    assert queued.data.tags["dvc_experiment"] == "two-heads"
     assert all("test/slot_f1" in r.data.metrics for r in encoder_runs)
     # TabTransformer, MLP, XGBoost, logistic regression and their comparison: one experiment
     tabular = client.search_runs([client.get_experiment_by_name("tabular").experiment_id])

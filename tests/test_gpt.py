@@ -292,6 +292,27 @@ def test_tiny_gpt_pretraining_lowers_the_loss_and_generates(gpt_tokenizers, tmp_
 FORMAT_WORDS = ["good", "bad", "the", "film", "was", "plot", "a", "very", "story"]
 
 
+def test_compiled_training_gives_the_same_model(gpt_tokenizers, tmp_path):
+    """compile.enabled=true runs training through torch.compile (the eager backend: graph capture
+    without code generation, so the numbers must not move) and keeps the parameter names."""
+    from torch._dynamo.utils import counters
+
+    from transformer_lab.train import train
+
+    overrides = ["experiment=gpt_pretrain", "logger=none", "data.tokenizer=char", "model.max_len=16",
+                 f"data.datamodule.tokenizer_dir={gpt_tokenizers}/tokenizers/char", "data.datamodule.batch_size=8",
+                 "data.datamodule.samples_per_epoch=48", "data.datamodule.max_eval_blocks=8", "trainer.max_epochs=1",
+                 "callbacks.rich_progress_bar=null", "+trainer.num_sanity_val_steps=0"]
+    plain = train(compose_config("train", overrides, tmp_path / "plain"))
+    counters.clear()
+    compiled = train(compose_config("train", [*overrides, "compile.enabled=true", "compile.backend=eager"],
+                                    tmp_path / "compiled"))
+    assert counters["stats"]["unique_graphs"] >= 1
+    assert compiled["val/loss"] == pytest.approx(plain["val/loss"], abs=1e-5)
+    weights = torch.load(tmp_path / "compiled" / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]
+    assert not any("_orig_mod" in name for name in weights)
+
+
 @pytest.fixture(scope="module")
 def bpe_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("bpe") / "tokenizer.json"

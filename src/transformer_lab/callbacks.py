@@ -64,7 +64,8 @@ class Throughput(L.Callback):
     processes; for batches of token ids also perf/tokens_per_s, and for transformer models
     (a `model.config` with n_layers and d_model) perf/flops_per_token and, where the device's
     peak is in `peak_tflops` (matched against the CUDA device name), perf/mfu: model FLOPs
-    utilisation. No peak is known for CPUs, so no MFU there."""
+    utilisation. No peak is known for CPUs, so no MFU there. On CUDA also perf/peak_memory_gib:
+    the most memory this process's device has held for tensors so far."""
 
     def __init__(self, peak_tflops: dict[str, float] | None = None, log_every_n_steps: int = 10):
         self.peak_tflops = dict(peak_tflops or {})
@@ -115,4 +116,6 @@ class Throughput(L.Callback):
                 values["perf/flops_per_token"] = float(per_token)
                 if self.peak:
                     values["perf/mfu"] = per_token * tokens_per_s / (self.peak * world)
+        if pl_module.device.type == "cuda":
+            values["perf/peak_memory_gib"] = torch.cuda.max_memory_allocated(pl_module.device) / 2**30
         pl_module.log_dict(values, on_step=True, on_epoch=False, rank_zero_only=True)

@@ -44,7 +44,7 @@ def mlflow_run_for(cfg: DictConfig, run_reference: dict | None, run_name: str = 
             return client, client.get_run(run_reference["run_id"]).info.run_id
         except mlflow.exceptions.MlflowException:
             pass
-    experiment_id = tracking.experiment_id(client, cfg.task_name, cfg.paths.root_dir)
+    experiment_id = tracking.experiment_id(client, cfg.task_name, cfg.paths.tracking_dir)
     return client, client.create_run(experiment_id, tags={"mlflow.runName": run_name}).info.run_id
 
 

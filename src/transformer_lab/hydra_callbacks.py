@@ -38,7 +38,7 @@ class MLflowSweepParent(Callback):
 
         sweep_dir = Path(config.hydra.sweep.dir)
         client = MlflowClient(config.paths.mlflow_tracking_uri)
-        experiment_id = tracking.experiment_id(client, config.task_name, config.paths.root_dir)
+        experiment_id = tracking.experiment_id(client, config.task_name, config.paths.tracking_dir)
         overrides = " ".join(config.hydra.overrides.task)
         run = client.create_run(experiment_id, run_name=f"sweep {sweep_dir.name}",
                                 tags={"sweep_dir": str(sweep_dir), "hydra_overrides": overrides or "(none)",

@@ -18,20 +18,20 @@ from transformer_lab.utils.io import atomic_write_json
 RUN_REFERENCE = "mlflow_run.json"
 
 
-def default_artifact_location(root_dir: str, experiment: str) -> str | None:
+def default_artifact_location(tracking_dir: str, experiment: str) -> str | None:
     """Where a new experiment keeps artifacts: mlruns/<experiment>/ beside the local store by
     default, the server's choice when MLFLOW_TRACKING_URI points elsewhere."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return None
-    return Path(root_dir, "mlruns", experiment).resolve().as_uri()
+    return Path(tracking_dir, "mlruns", experiment).resolve().as_uri()
 
 
-def experiment_id(client, name: str, root_dir: str) -> str:
+def experiment_id(client, name: str, tracking_dir: str) -> str:
     """The id of MLflow experiment `name`, created (artifacts where the loggers put them) if absent."""
     experiment = client.get_experiment_by_name(name)
     if experiment:
         return experiment.experiment_id
-    return client.create_experiment(name, artifact_location=default_artifact_location(root_dir, name))
+    return client.create_experiment(name, artifact_location=default_artifact_location(tracking_dir, name))
 
 
 def register_resolvers() -> None:
@@ -67,7 +67,7 @@ def flatten(config: dict, prefix: str = "") -> dict[str, object]:
 
 def log_run_context(logger: MLFlowLogger, cfg: DictConfig, overrides: list[str] | None = None,
                     parent_run_id: str | None = None) -> None:
-    """Params = the resolved config, flattened; tags = git commit, DVC stage, Hydra overrides, the
+    """Params = the resolved config, flattened; tags = git commit, DVC stage and experiment, Hydra overrides, the
     sweep's parent run; artifact = the resolved config as YAML."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     client, run_id = logger.experiment, logger.run_id
@@ -81,6 +81,7 @@ def log_run_context(logger: MLFlowLogger, cfg: DictConfig, overrides: list[str] 
     tags = {
         "git_commit": git_commit(cfg.paths.root_dir),
         "dvc_stage": os.environ.get("DVC_STAGE"),
+        "dvc_experiment": os.environ.get("DVC_EXP_NAME"),  # set by `dvc exp run`
         "hydra_overrides": " ".join(overrides or []) or None,
         "task_name": cfg.get("task_name"),
         "mlflow.parentRunId": parent_run_id,  # MLflow's own tag: the UI nests this run under its sweep

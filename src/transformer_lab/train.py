@@ -55,9 +55,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
     task = instantiate(cfg.task, model_config=model_config.to_dict(), **datamodule.task_kwargs(), _convert_="all")
     coverage = None
     if embeddings and embeddings.init == "word2vec":
-        coverage = task.load_word_vectors(embeddings.vectors)
+        coverage = task.load_word_vectors(str(Path(cfg.paths.root_dir, embeddings.vectors)))
     elif embeddings and embeddings.init != "random":
         raise TransformerLabError(f"model.embeddings.init={embeddings.init!r} is not 'random' or 'word2vec'")
+
+    if cfg.get("compile") and cfg.compile.enabled:
+        # In place: parameter names, checkpoints and the logged model are the same as without it.
+        task.model.compile(backend=cfg.compile.backend, mode=cfg.compile.mode)
 
     previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE)
     if ckpt_path and previous_run and cfg.get("logger") and "mlflow" in cfg.logger:
