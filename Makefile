@@ -11,6 +11,8 @@ $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install "$(TORCH_SPEC)"
+	# DeepSpeed ships as source only: built against the torch above (build isolation would fetch another torch)
+	$(BIN)/python -m pip install --no-build-isolation "deepspeed==0.19.8"
 	$(BIN)/python -m pip install -e ".[dev]"
 	touch $@
 

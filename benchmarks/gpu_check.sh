@@ -54,7 +54,7 @@ for strategy in $STRATEGIES; do
     if [ $status -eq 0 ]; then
         echo "ok" >"$WORK/$strategy.status"
     else
-        echo "failed (exit $status): $(grep -v '^\s*$' "$WORK/$strategy.log" | tail -n 1)" >"$WORK/$strategy.status"
+        echo "failed (exit $status): $(grep -v -e '^\s*$' -e HYDRA_FULL_ERROR "$WORK/$strategy.log" | tail -n 1)" >"$WORK/$strategy.status"
     fi
     cat "$WORK/$strategy.status"
 done

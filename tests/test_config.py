@@ -3,7 +3,6 @@
 import pytest
 import yaml
 from hydra.utils import instantiate
-from mlflow import MlflowClient
 
 from conftest import PYTHON, ROOT, run, sweep_runs
 from transformer_lab.utils.config import compose_config
@@ -34,7 +33,7 @@ def test_deepspeed_configs_instantiate_their_strategies(tmp_path):
     stage3 = compose_config("train", ["trainer=deepspeed_stage_3"], tmp_path).trainer
     assert stage3.strategy._target_ == "lightning.pytorch.strategies.DeepSpeedStrategy"
     assert stage3.strategy.stage == 3 and stage3.precision == "bf16-mixed"
-    pytest.importorskip("deepspeed", reason="DeepSpeed is installed on GPU machines only (pip install deepspeed)")
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (`make install` builds it)")
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
     for name, stage in (("deepspeed_stage_2", 2), ("deepspeed_stage_3", 3)):
@@ -104,19 +103,6 @@ def test_multirun_gives_one_mlflow_run_per_job(tmp_path, prepared_atis):
     assert combos == {("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")}
     assert all(r.info.status == "FINISHED" and "val/slot_f1" in r.data.metrics for r in runs)
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
-
-
-@pytest.mark.slow
-def test_ddp_cpu_trains_with_two_processes_and_one_mlflow_run(tmp_path, prepared_atis):
-    uri = f"sqlite:///{tmp_path}/ddp.db"
-    result = run([PYTHON, ROOT / "pipelines" / "train.py", "trainer=ddp_cpu", "debug=smoke",
-                  f"data.prepared_dir={prepared_atis}", f"hydra.run.dir={tmp_path / 'run'}"],
-                 env={"MLFLOW_TRACKING_URI": uri})
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "run" / "train_ddp_process_1.log").is_file()  # the second process really ran
-    client = MlflowClient(uri)
-    [mlflow_run] = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
-    assert mlflow_run.info.status == "FINISHED" and "val/slot_f1" in mlflow_run.data.metrics
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ process with the same global batch and seed, and checkpoints move between the tw
 
 import pytest
 import torch
+from mlflow import MlflowClient
 
 from conftest import PYTHON, ROOT, run, sweep_runs
 from transformer_lab.data.tabular import prepare
@@ -10,12 +11,14 @@ from transformer_lab.data.tabular import prepare
 pytestmark = pytest.mark.slow
 
 
-def train(run_dir, prepared, *overrides: str):
+def train(run_dir, prepared, *overrides: str, tracking_uri: str | None = None):
     # the TabTransformer: fixed-size rows and a per-row mean loss, so two half batches average to
     # exactly the full batch's gradient; no dropout (each process draws its own masks)
-    result = run([PYTHON, ROOT / "pipelines" / "train.py", "experiment=tab_transformer", "logger=none",
+    logger = ["logger.log_pytorch_model=false"] if tracking_uri else ["logger=none"]
+    result = run([PYTHON, ROOT / "pipelines" / "train.py", "experiment=tab_transformer", *logger,
                   "callbacks.rich_progress_bar=null", f"data.prepared_dir={prepared}", "data.datamodule.shuffle=false",
-                  "model.dropout=0", "model.mlp_dropout=0", f"hydra.run.dir={run_dir}", *overrides])
+                  "model.dropout=0", "model.mlp_dropout=0", f"hydra.run.dir={run_dir}", *overrides],
+                 env={"MLFLOW_TRACKING_URI": tracking_uri} if tracking_uri else None)
     assert result.returncode == 0, result.stderr[-3000:]
     return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
 
@@ -24,8 +27,14 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     prepared = tmp_path / "penguins"
     prepare("builtin", str(prepared), str(ROOT / "conf/schemas/penguins.yaml"))
     one = train(tmp_path / "one", prepared, "++trainer.max_steps=6", "data.datamodule.batch_size=16")
-    two = train(tmp_path / "two", prepared, "trainer=ddp_cpu", "++trainer.max_steps=6", "data.datamodule.batch_size=8")
+    uri = f"sqlite:///{tmp_path}/ddp.db"
+    two = train(tmp_path / "two", prepared, "trainer=ddp_cpu", "++trainer.max_steps=6", "data.datamodule.batch_size=8",
+                tracking_uri=uri)
     assert one["global_step"] == two["global_step"] == 6
+    assert (tmp_path / "two" / "train_ddp_process_1.log").is_file()  # the second process really ran
+    client = MlflowClient(uri)
+    [mlflow_run] = client.search_runs([client.get_experiment_by_name("tabular").experiment_id])  # one, not two
+    assert mlflow_run.info.status == "FINISHED" and "test/auroc" in mlflow_run.data.metrics
     changed = 0
     for name, value in one["state_dict"].items():
         torch.testing.assert_close(two["state_dict"][name], value, atol=2e-5, rtol=1e-4, msg=name)
