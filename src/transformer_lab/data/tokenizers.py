@@ -45,7 +45,8 @@ def build_tokenizer(kind: str, lowercase: bool = False) -> tuple[Tokenizer, obje
     if kind == "char":
         tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
         tokenizer.normalizer = normalizers.Lowercase() if lowercase else None
-        tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # every character
+        # every character, line breaks included ("." alone would leave runs of "\n" as one token)
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
         tokenizer.decoder = decoders.Fuse()
         return tokenizer, lambda size, special: trainers.WordLevelTrainer(vocab_size=size, special_tokens=special)
     raise DataError(f"tokenizer kind {kind!r} is not one of wordpiece, bpe, char")
