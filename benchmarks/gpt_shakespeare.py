@@ -17,19 +17,22 @@ them. Writes
     val_loss          mean next-token cross-entropy over every non-overlapping 64-character
                       block of the held-out 10% (after training)
     train_seconds     wall time of `Trainer.fit` (setup included)
-    seconds_per_iter  steady-state seconds per training iteration (iterations 10 .. end,
-                      Lightning's own per-step work included)
+    seconds_per_iter  steady-state seconds per training iteration, from one batch's start to the
+                      next (data loading and Lightning's own per-step work included), mean over
+                      iterations 10 .. end; seconds_per_iter_median the median of the same
     params            trainable parameters
     val_loss_from_20_random_batches
                       mean, SD, min and max of 100 validation losses of the trained model, each
                       estimated the way the recipe's published figure was (20 random batches of
                       12 blocks): how much that figure can stray from the full held-out value
-and `hf_seconds_per_iter`: `transformers.GPT2LMHeadModel` configured identically (pre-norm,
-learned positions, tied head, tanh GELU, no dropout) trained with the same optimiser, schedule
-and clipping in a plain PyTorch loop for --hf-iters iterations on the batches ours draws with
-the same seed, timed the same way (iterations 10 .. end); also `hf_val_loss` on the same
-held-out blocks after its --hf-iters iterations (its schedule spans those iterations). With
---hf-iters 2000 that is the recipe's reference loss from an implementation nobody here wrote.
+and `hf_seconds_per_iter` (and `_median`): `transformers.GPT2LMHeadModel` configured identically
+(pre-norm, learned positions, tied head, tanh GELU, no dropout) trained with the same optimiser,
+schedule and clipping in a plain PyTorch loop for --hf-iters iterations on the batches ours draws
+with the same seed, timed the same way. Half of its iterations run before ours' and half after
+(each half timed from its 10th iteration), so a drift in the machine's speed during the run
+weighs on both. Also `hf_val_loss` on the same held-out blocks after its --hf-iters iterations
+(its schedule spans those iterations). With --hf-iters 2000 that is the recipe's reference loss
+from an implementation nobody here wrote.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def encode_corpus(text: str, out_dir: Path) -> int:
 
 
 class IterationClock:
-    """A Lightning callback: the time at the start of iteration TIMED_FROM and at the end of the last."""
+    """A Lightning callback: the duration of every training iteration, from one batch's start to
+    the next (the data loading and Lightning's own per-step work included)."""
 
     def __init__(self):
         from lightning.pytorch.callbacks import Callback
@@ -78,22 +82,34 @@ class IterationClock:
 
         class _Callback(Callback):
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-                if trainer.global_step == TIMED_FROM:
-                    clock.start = time.perf_counter()
+                clock.tick()
 
-            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-                clock.end, clock.steps = time.perf_counter(), trainer.global_step
+            def on_train_epoch_end(self, trainer, pl_module):
+                clock.tick()
 
         self.callback = _Callback()
-        self.start = self.end = 0.0
-        self.steps = 0
+        self.ticks: list[float] = []
 
-    def seconds_per_iter(self) -> float:
-        return (self.end - self.start) / (self.steps - TIMED_FROM)
+    def tick(self) -> None:
+        self.ticks.append(time.perf_counter())
+
+    def durations(self) -> list[float]:
+        return [b - a for a, b in zip(self.ticks, self.ticks[1:])]
 
 
-def train_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: str) -> tuple[dict, dict]:
-    """Ours' results and its initial weights."""
+def timing(durations: list[float]) -> dict:
+    """Mean and median seconds per iteration, iterations TIMED_FROM .. end (the first ones warm
+    the allocator and the first-call paths)."""
+    import statistics
+
+    steady = durations[TIMED_FROM:]
+    return {"mean": round(statistics.fmean(steady), 5), "median": round(statistics.median(steady), 5),
+            "iterations": len(steady)}
+
+
+def build_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: str):
+    """Ours' data module and task as `pipelines/train.py` builds them, seeded: the same seed gives
+    the same initial weights."""
     import lightning as L
 
     from transformer_lab.data.gpt import LanguageModelDataModule
@@ -110,7 +126,13 @@ def train_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: st
     task = GPTPretrainingTask(config.to_dict(), lr=RECIPE["lr"], weight_decay=RECIPE["weight_decay"],
                               betas=RECIPE["betas"], warmup_steps=RECIPE["warmup_steps"],
                               min_lr_ratio=RECIPE["min_lr"] / RECIPE["lr"])
-    initial = {name: tensor.clone() for name, tensor in task.model.state_dict().items()}
+    return datamodule, task
+
+
+def train_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: str) -> dict:
+    import lightning as L
+
+    datamodule, task = build_ours(data_dir, iters, seed, bias, activation)
     clock = IterationClock()
     trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
@@ -125,71 +147,98 @@ def train_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: st
                           enable_model_summary=False, default_root_dir=tempfile.mkdtemp())
     val_loss = evaluator.validate(task, datamodule=datamodule, verbose=False)[0]["val/loss"]
     eval_seconds = time.perf_counter() - start
+    per_iter = timing(clock.durations())
     return {"val_loss": round(float(val_loss), 4), "train_seconds": round(train_seconds, 1),
             "val_loss_from_20_random_batches": small_sample_estimates(task, datamodule.val_set.tokens, seed=seed),
-            "seconds_per_iter": round(clock.seconds_per_iter(), 5), "iters": trainer.global_step,
+            "seconds_per_iter": per_iter["mean"], "seconds_per_iter_median": per_iter["median"],
+            "timed_iters": per_iter["iterations"], "iters": trainer.global_step,
             "eval_seconds": round(eval_seconds, 1), "val_blocks": len(datamodule.val_set),
-            "params": sum(p.numel() for p in task.model.parameters())}, initial
+            "params": sum(p.numel() for p in task.model.parameters())}
 
 
-def time_hf(data_dir: Path, vocab_size: int, iters: int, seed: int, start_state: dict | None = None) -> dict:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-    from transformers import GPT2Config, GPT2LMHeadModel
+class HFReference:
+    """`transformers`' GPT2LMHeadModel configured like ours, trained with ours' optimiser,
+    schedule and clipping in a plain PyTorch loop on the batches ours draws with the same seed.
+    `train(n)` runs the next n iterations, so the timing can be split around ours' run: a machine
+    that speeds up or slows down during the benchmark then weighs on both alike."""
 
-    from transformer_lab.data.gpt import LanguageModelDataModule
-    from transformer_lab.models.gpt import to_hf_state_dict
-    from transformer_lab.tasks.schedules import adamw_with_warmup
+    def __init__(self, data_dir: Path, vocab_size: int, iters: int, seed: int, start_state: dict | None = None):
+        import torch
+        from transformers import GPT2Config, GPT2LMHeadModel
 
-    torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=vocab_size, n_positions=RECIPE["block_size"], n_embd=RECIPE["d_model"],
-                        n_layer=RECIPE["n_layers"], n_head=RECIPE["n_heads"], resid_pdrop=0.0, embd_pdrop=0.0,
-                        attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel(config).train()
-    if start_state is not None:  # ours' initial weights, converted
-        _, unexpected = model.load_state_dict(to_hf_state_dict(start_state), strict=False)
-        assert not unexpected, unexpected
-    # the optimiser and schedule ours gets from its task
-    optimization = adamw_with_warmup(model, RECIPE["lr"], RECIPE["weight_decay"], iters, RECIPE["warmup_steps"],
-                                     RECIPE["betas"], decay="cosine", min_ratio=RECIPE["min_lr"] / RECIPE["lr"])
-    optimizer, scheduler = optimization["optimizer"], optimization["lr_scheduler"]["scheduler"]
-    # the batches ours draws with the same seed (the same sampler), in the same order
-    datamodule = LanguageModelDataModule(str(data_dir), block_size=RECIPE["block_size"],
-                                         batch_size=RECIPE["batch_size"], samples_per_epoch=iters * RECIPE["batch_size"],
-                                         seed=seed)
-    datamodule.setup()
-    block = RECIPE["block_size"]
-    start = 0.0
-    for step, batch in enumerate(datamodule.train_dataloader()):
-        if step == TIMED_FROM:
-            start = time.perf_counter()
-        chunk = torch.cat([batch["input_ids"], batch["labels"][:, -1:]], dim=1)
-        logits = model(input_ids=chunk[:, :-1]).logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), RECIPE["grad_clip"])
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-    seconds_per_iter = (time.perf_counter() - start) / (iters - TIMED_FROM)
+        from transformer_lab.data.gpt import LanguageModelDataModule
+        from transformer_lab.models.gpt import to_hf_state_dict
+        from transformer_lab.tasks.schedules import adamw_with_warmup
 
-    model.eval()
-    validation = torch.from_numpy(np.load(data_dir / "validation.npy").astype(np.int64))
-    starts = range(0, len(validation) - block, block)  # the blocks ours is scored on
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for first in range(0, len(starts), 256):
-            chunk = torch.stack([validation[o:o + block + 1] for o in starts[first:first + 256]])
-            logits = model(input_ids=chunk[:, :-1]).logits
-            total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1),
-                                     reduction="sum").item()
-            count += chunk[:, 1:].numel()
-    return {"hf_seconds_per_iter": round(seconds_per_iter, 5), "hf_iters": iters,
-            # after --hf-iters iterations with the schedule stretched over them
-            "hf_val_loss": round(total / count, 4), "hf_last_train_loss": round(loss.item(), 4),
-            "hf_params": sum(p.numel() for p in model.parameters()),
-            "hf_attn_implementation": model.config._attn_implementation}
+        torch.manual_seed(seed)
+        config = GPT2Config(vocab_size=vocab_size, n_positions=RECIPE["block_size"], n_embd=RECIPE["d_model"],
+                            n_layer=RECIPE["n_layers"], n_head=RECIPE["n_heads"], resid_pdrop=0.0, embd_pdrop=0.0,
+                            attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+        self.model = GPT2LMHeadModel(config).train()
+        if start_state is not None:  # ours' initial weights, converted
+            _, unexpected = self.model.load_state_dict(to_hf_state_dict(start_state), strict=False)
+            assert not unexpected, unexpected
+        # the optimiser and schedule ours gets from its task
+        optimization = adamw_with_warmup(self.model, RECIPE["lr"], RECIPE["weight_decay"], iters,
+                                         min(RECIPE["warmup_steps"], iters), RECIPE["betas"], decay="cosine",
+                                         min_ratio=RECIPE["min_lr"] / RECIPE["lr"])
+        self.optimizer, self.scheduler = optimization["optimizer"], optimization["lr_scheduler"]["scheduler"]
+        # the batches ours draws with the same seed (the same sampler), in the same order
+        datamodule = LanguageModelDataModule(str(data_dir), block_size=RECIPE["block_size"],
+                                             batch_size=RECIPE["batch_size"],
+                                             samples_per_epoch=iters * RECIPE["batch_size"], seed=seed)
+        datamodule.setup()
+        self.batches = iter(datamodule.train_dataloader())
+        self.data_dir, self.iters, self.last_loss = data_dir, iters, float("nan")
+        self.durations: list[float] = []  # per segment, each timed from its own TIMED_FROM-th iteration
+
+    def train(self, n: int) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        ticks = [time.perf_counter()]
+        for _ in range(n):
+            batch = next(self.batches)
+            chunk = torch.cat([batch["input_ids"], batch["labels"][:, -1:]], dim=1)
+            logits = self.model(input_ids=chunk[:, :-1]).logits
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), RECIPE["grad_clip"])
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            ticks.append(time.perf_counter())
+        self.durations += [b - a for a, b in zip(ticks, ticks[1:])][TIMED_FROM:]
+        self.last_loss = loss.item()
+
+    def evaluate(self) -> float:
+        """Mean next-token loss on the held-out blocks ours is scored on."""
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+
+        self.model.eval()
+        block = RECIPE["block_size"]
+        validation = torch.from_numpy(np.load(self.data_dir / "validation.npy").astype(np.int64))
+        starts = range(0, len(validation) - block, block)
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for first in range(0, len(starts), 256):
+                chunk = torch.stack([validation[o:o + block + 1] for o in starts[first:first + 256]])
+                logits = self.model(input_ids=chunk[:, :-1]).logits
+                total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1),
+                                         reduction="sum").item()
+                count += chunk[:, 1:].numel()
+        return total / count
+
+    def results(self) -> dict:
+        per_iter = timing([0.0] * TIMED_FROM + self.durations)  # warm-up already dropped per segment
+        return {"hf_seconds_per_iter": per_iter["mean"], "hf_seconds_per_iter_median": per_iter["median"],
+                "hf_timed_iters": per_iter["iterations"], "hf_iters": self.iters,
+                # after --hf-iters iterations with the schedule stretched over them
+                "hf_val_loss": round(self.evaluate(), 4), "hf_last_train_loss": round(self.last_loss, 4),
+                "hf_params": sum(p.numel() for p in self.model.parameters()),
+                "hf_attn_implementation": self.model.config._attn_implementation}
 
 
 def small_sample_estimates(task, tokens, repeats: int = 100, batches: int = 20, seed: int = 0) -> dict:
@@ -235,8 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.hf_same_start and (not args.bias or args.activation != "gelu_tanh"):
         parser.error("--hf-same-start needs --bias and --activation gelu_tanh (transformers' GPT-2 has both)")
-    if min(args.iters, args.hf_iters) <= TIMED_FROM:
-        parser.error(f"--iters and --hf-iters must exceed {TIMED_FROM} (the untimed warm-up iterations)")
+    if args.iters <= TIMED_FROM or args.hf_iters // 2 <= TIMED_FROM:
+        parser.error(f"--iters must exceed {TIMED_FROM} and --hf-iters {2 * TIMED_FROM + 1} (the untimed warm-up "
+                     "iterations; transformers' run is timed in two halves)")
     data = Path(args.data)
     if not data.is_file():
         parser.error(f"--data {data}: no such file (the set is in ../shared/data/tinyshakespeare)")
@@ -252,13 +302,20 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         encoded = Path(tmp)
         vocab_size = encode_corpus(data.read_text(encoding="utf-8"), encoded)
-        ours, initial = train_ours(encoded, args.iters, args.seed, args.bias, args.activation)
+        start_state = None
+        if args.hf_same_start:  # ours' initial weights
+            start_state = build_ours(encoded, args.iters, args.seed, args.bias, args.activation)[1].model.state_dict()
+        reference = HFReference(encoded, vocab_size, args.hf_iters, args.seed, start_state)
+        reference.train(args.hf_iters // 2)  # half before ours' run and half after
+        ours = train_ours(encoded, args.iters, args.seed, args.bias, args.activation)
         print(f"ours: {ours}", flush=True)
-        hf = time_hf(encoded, vocab_size, args.hf_iters, args.seed, initial if args.hf_same_start else None)
+        reference.train(args.hf_iters - args.hf_iters // 2)
+        hf = reference.results()
         print(f"hf: {hf}", flush=True)
     result = {
         **ours, **hf,
         "ours_to_hf_time_per_iter": round(ours["seconds_per_iter"] / hf["hf_seconds_per_iter"], 3),
+        "ours_to_hf_median_time_per_iter": round(ours["seconds_per_iter_median"] / hf["hf_seconds_per_iter_median"], 3),
         "wall_seconds": round(time.perf_counter() - wall, 1),
         "vocab_size": vocab_size,
         "settings": {**vars(args), **RECIPE, "timed_from_iteration": TIMED_FROM},
