@@ -16,10 +16,11 @@ checkpoints, no progress bar; clipping by the trainer), exactly as `pipelines/tr
 them. Writes
     val_loss          mean next-token cross-entropy over every non-overlapping 64-character
                       block of the held-out 10% (after training)
-    train_seconds     wall time of `Trainer.fit` (setup included)
+    train_seconds     wall time of `Trainer.fit` (setup included), transformers' stretches taken out
     seconds_per_iter  steady-state seconds per training iteration, from one batch's start to the
                       next (data loading and Lightning's own per-step work included), mean over
-                      iterations 10 .. end; seconds_per_iter_median the median of the same
+                      iterations 10 .. end (less the first after each switch, below);
+                      seconds_per_iter_median the median of the same
     params            trainable parameters
     val_loss_from_20_random_batches
                       mean, SD, min and max of 100 validation losses of the trained model, each
@@ -28,9 +29,10 @@ them. Writes
 and `hf_seconds_per_iter` (and `_median`): `transformers.GPT2LMHeadModel` configured identically
 (pre-norm, learned positions, tied head, tanh GELU, no dropout) trained with the same optimiser,
 schedule and clipping in a plain PyTorch loop for --hf-iters iterations on the batches ours draws
-with the same seed, timed the same way. Half of its iterations run before ours' and half after
-(each half timed from its 10th iteration), so a drift in the machine's speed during the run
-weighs on both. Also `hf_val_loss` on the same held-out blocks after its --hf-iters iterations
+with the same seed, timed the same way. Its iterations run in 10 stretches spread over ours'
+run (between two of ours' iterations, that time taken out of ours'), so a drift in the machine's
+speed during the benchmark weighs on both alike; the first iteration after each switch is left
+untimed on both sides. Also `hf_val_loss` on the same held-out blocks after its --hf-iters iterations
 (its schedule spans those iterations). With --hf-iters 2000 that is the recipe's reference loss
 from an implementation nobody here wrote.
 """
@@ -71,40 +73,62 @@ def encode_corpus(text: str, out_dir: Path) -> int:
     return tokenizer.get_vocab_size()
 
 
-class IterationClock:
-    """A Lightning callback: the duration of every training iteration, from one batch's start to
-    the next (the data loading and Lightning's own per-step work included)."""
+SEGMENTS = 10  # transformers' iterations run in this many stretches spread over ours' run
 
-    def __init__(self):
+
+class InterleavedClock:
+    """A Lightning callback that times ours' iterations, from one batch's start to the next (the
+    data loading and Lightning's own per-step work included), and every so often hands the
+    machine to `transformers`' run for a stretch of its iterations. Both are then timed under
+    the same conditions: a machine that speeds up or slows down during the benchmark (a
+    neighbour's load, frequency scaling) weighs on both alike. The stretch's time is taken out of
+    the ours' iteration it interrupted; the first iteration after each switch is left untimed on
+    both sides (its caches are cold)."""
+
+    def __init__(self, reference: HFReference, iters: int):
         from lightning.pytorch.callbacks import Callback
 
         clock = self
+        self.reference = reference
+        self.stretch = max(1, reference.iters // SEGMENTS)
+        self.every = max(1, iters // SEGMENTS)  # ours' iterations between two stretches
 
         class _Callback(Callback):
             def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
                 clock.tick()
 
+            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+                if trainer.global_step % clock.every == 0 and reference.remaining:
+                    clock.hand_over(min(clock.stretch, reference.remaining))
+
             def on_train_epoch_end(self, trainer, pl_module):
                 clock.tick()
 
         self.callback = _Callback()
-        self.ticks: list[float] = []
+        self.ticks: list[tuple[float, float]] = []  # (time, seconds handed over so far)
+        self.handed_over = 0.0
+        self.untimed: set[int] = set(range(TIMED_FROM))  # ours' iterations left out
 
     def tick(self) -> None:
-        self.ticks.append(time.perf_counter())
+        self.ticks.append((time.perf_counter(), self.handed_over))
+
+    def hand_over(self, n: int) -> None:
+        start = time.perf_counter()
+        self.reference.train(n)
+        self.handed_over += time.perf_counter() - start
+        self.untimed.add(len(self.ticks))  # the next iteration starts cold
 
     def durations(self) -> list[float]:
-        return [b - a for a, b in zip(self.ticks, self.ticks[1:])]
+        return [(t1 - t0) - (h1 - h0) for i, ((t0, h0), (t1, h1)) in enumerate(zip(self.ticks, self.ticks[1:]))
+                if i not in self.untimed]
 
 
 def timing(durations: list[float]) -> dict:
-    """Mean and median seconds per iteration, iterations TIMED_FROM .. end (the first ones warm
-    the allocator and the first-call paths)."""
+    """Mean and median seconds per iteration of the timed iterations."""
     import statistics
 
-    steady = durations[TIMED_FROM:]
-    return {"mean": round(statistics.fmean(steady), 5), "median": round(statistics.median(steady), 5),
-            "iterations": len(steady)}
+    return {"mean": round(statistics.fmean(durations), 5), "median": round(statistics.median(durations), 5),
+            "iterations": len(durations)}
 
 
 def build_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: str):
@@ -129,18 +153,19 @@ def build_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: st
     return datamodule, task
 
 
-def train_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: str) -> dict:
+def train_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: str, reference: HFReference) -> dict:
+    """Trains ours, handing the machine to `reference` for stretches of its iterations along the way."""
     import lightning as L
 
     datamodule, task = build_ours(data_dir, iters, seed, bias, activation)
-    clock = IterationClock()
+    clock = InterleavedClock(reference, iters)
     trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                         num_sanity_val_steps=0, gradient_clip_val=RECIPE["grad_clip"], callbacks=[clock.callback],
                         default_root_dir=tempfile.mkdtemp())
     start = time.perf_counter()
     trainer.fit(task, datamodule=datamodule)
-    train_seconds = time.perf_counter() - start
+    train_seconds = time.perf_counter() - start - clock.handed_over
 
     start = time.perf_counter()
     evaluator = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
@@ -189,10 +214,16 @@ class HFReference:
                                              samples_per_epoch=iters * RECIPE["batch_size"], seed=seed)
         datamodule.setup()
         self.batches = iter(datamodule.train_dataloader())
-        self.data_dir, self.iters, self.last_loss = data_dir, iters, float("nan")
-        self.durations: list[float] = []  # per segment, each timed from its own TIMED_FROM-th iteration
+        self.data_dir, self.iters, self.done, self.last_loss = data_dir, iters, 0, float("nan")
+        self.durations: list[float] = []  # timed iterations
+
+    @property
+    def remaining(self) -> int:
+        return self.iters - self.done
 
     def train(self, n: int) -> None:
+        """The next n iterations; the first of them is left untimed (cold caches after a switch),
+        and so are the first TIMED_FROM of the run."""
         import torch
         import torch.nn.functional as F
 
@@ -208,7 +239,9 @@ class HFReference:
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             ticks.append(time.perf_counter())
-        self.durations += [b - a for a, b in zip(ticks, ticks[1:])][TIMED_FROM:]
+        skip = max(1, TIMED_FROM - self.done)
+        self.durations += [b - a for a, b in zip(ticks, ticks[1:])][skip:]
+        self.done += n
         self.last_loss = loss.item()
 
     def evaluate(self) -> float:
@@ -232,7 +265,7 @@ class HFReference:
         return total / count
 
     def results(self) -> dict:
-        per_iter = timing([0.0] * TIMED_FROM + self.durations)  # warm-up already dropped per segment
+        per_iter = timing(self.durations)
         return {"hf_seconds_per_iter": per_iter["mean"], "hf_seconds_per_iter_median": per_iter["median"],
                 "hf_timed_iters": per_iter["iterations"], "hf_iters": self.iters,
                 # after --hf-iters iterations with the schedule stretched over them
@@ -284,9 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.hf_same_start and (not args.bias or args.activation != "gelu_tanh"):
         parser.error("--hf-same-start needs --bias and --activation gelu_tanh (transformers' GPT-2 has both)")
-    if args.iters <= TIMED_FROM or args.hf_iters // 2 <= TIMED_FROM:
-        parser.error(f"--iters must exceed {TIMED_FROM} and --hf-iters {2 * TIMED_FROM + 1} (the untimed warm-up "
-                     "iterations; transformers' run is timed in two halves)")
+    if min(args.iters, args.hf_iters) < 2 * TIMED_FROM + SEGMENTS:
+        parser.error(f"--iters and --hf-iters must be at least {2 * TIMED_FROM + SEGMENTS} (the untimed warm-up "
+                     f"iterations, and the first of each of the {SEGMENTS} stretches between the two)")
     data = Path(args.data)
     if not data.is_file():
         parser.error(f"--data {data}: no such file (the set is in ../shared/data/tinyshakespeare)")
@@ -306,10 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.hf_same_start:  # ours' initial weights
             start_state = build_ours(encoded, args.iters, args.seed, args.bias, args.activation)[1].model.state_dict()
         reference = HFReference(encoded, vocab_size, args.hf_iters, args.seed, start_state)
-        reference.train(args.hf_iters // 2)  # half before ours' run and half after
-        ours = train_ours(encoded, args.iters, args.seed, args.bias, args.activation)
+        ours = train_ours(encoded, args.iters, args.seed, args.bias, args.activation, reference)
         print(f"ours: {ours}", flush=True)
-        reference.train(args.hf_iters - args.hf_iters // 2)
+        if reference.remaining:  # ours' run was too short to take all of them
+            reference.train(reference.remaining)
         hf = reference.results()
         print(f"hf: {hf}", flush=True)
     result = {
