@@ -3,7 +3,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from transformer_lab.data.corpus import prepare, read_documents
-from transformer_lab.data.tokenizers import END_OF_TEXT, document_text, prepare_tokenizers, train_tokenizer
+from transformer_lab.data.tokenizers import (BERT_SPECIAL, END_OF_TEXT, document_text, prepare_tokenizers,
+                                             train_tokenizer)
 
 SPECS = {
     "wordpiece": {"kind": "wordpiece", "vocab_size": 2000, "lowercase": True, "document_separator": None},
@@ -57,3 +58,19 @@ def test_corpus_is_encoded_once_with_document_separators(encoded):
     assert ids.dtype == np.uint16 and len(ids) == summary["bpe"]["validation_tokens"]
     assert (ids == bpe.token_to_id(END_OF_TEXT)).sum() == len(read_documents(root / "corpus", "validation"))
     assert summary["char"]["vocab_size"] < 200 and summary["wordpiece"]["vocab_size"] == 2000
+
+
+def test_wordpiece_training_is_deterministic(encoded):
+    # tokenizers' WordPiece trainer alone learns a different vocabulary on almost every run
+    # on this corpus (huggingface/tokenizers#1794)
+    root, _ = encoded
+    texts = [document_text(d) for d in read_documents(root / "corpus", "train")]
+    tokenizers = [train_tokenizer("wordpiece", texts, 2000, lowercase=True) for _ in range(5)]
+    assert len({tuple(sorted(t.get_vocab().items())) for t in tokenizers}) == 1
+    tokenizer = tokenizers[0]
+    # the reserved "##" pieces are plain vocabulary entries, not special tokens
+    assert sorted(t.content for t in tokenizer.get_added_tokens_decoder().values()) == sorted(BERT_SPECIAL)
+    assert tokenizer.token_to_id("##s") is not None
+    pieces = tokenizer.encode("cats", add_special_tokens=False).tokens
+    assert "".join(piece.removeprefix("##") for piece in pieces) == "cats"
+    assert all(piece.startswith("##") for piece in pieces[1:])

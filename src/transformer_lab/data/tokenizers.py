@@ -66,8 +66,27 @@ def train_tokenizer(kind: str, texts: list[str], vocab_size: int, lowercase: boo
                     special_tokens: list[str] | None = None) -> Tokenizer:
     tokenizer, make_trainer = build_tokenizer(kind, lowercase)
     special = list(special_tokens) if special_tokens is not None else default_special_tokens(kind)
-    tokenizer.train_from_iterator(texts, trainer=make_trainer(vocab_size, special))
-    return tokenizer
+    if kind != "wordpiece":
+        tokenizer.train_from_iterator(texts, trainer=make_trainer(vocab_size, special))
+        return tokenizer
+    # The WordPiece trainer numbers the continuing-subword tokens ("##e") in hash-map order, and
+    # breaks ties between equally frequent merges by those numbers, so two runs on the same text
+    # learn different vocabularies (huggingface/tokenizers#1794). Reserving them up front, sorted,
+    # fixes their numbers; they are then ordinary vocabulary entries again, not special tokens.
+    continuations = continuing_subwords(tokenizer, texts)
+    tokenizer.train_from_iterator(texts, trainer=make_trainer(vocab_size, special + continuations))
+    saved = json.loads(tokenizer.to_str())
+    saved["added_tokens"] = [token for token in saved["added_tokens"] if token["content"] in special]
+    return Tokenizer.from_str(json.dumps(saved))
+
+
+def continuing_subwords(tokenizer: Tokenizer, texts: list[str]) -> list[str]:
+    """"##c" for every character c of the normalised texts that can continue a word (the
+    pre-tokenizer does not split it off, as it does spaces and punctuation), sorted."""
+    characters = set().union(*(set(tokenizer.normalizer.normalize_str(text)) for text in texts))
+    inside_a_word = [c for c in characters
+                     if [w for w, _ in tokenizer.pre_tokenizer.pre_tokenize_str("a" + c)] == ["a" + c]]
+    return sorted("##" + c for c in inside_a_word)
 
 
 def encode_documents(tokenizer: Tokenizer, documents: list[list[str]], separator: str | None) -> np.ndarray:
