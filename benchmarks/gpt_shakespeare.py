@@ -98,8 +98,8 @@ class InterleavedClock:
                 clock.tick()
 
             def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-                if trainer.global_step % clock.every == 0 and reference.remaining:
-                    clock.hand_over(min(clock.stretch, reference.remaining))
+                if trainer.global_step % clock.every == 0 and clock.reference.remaining:
+                    clock.hand_over(min(clock.stretch, clock.reference.remaining))
 
             def on_train_epoch_end(self, trainer, pl_module):
                 clock.tick()
@@ -184,8 +184,8 @@ def train_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: st
 class HFReference:
     """`transformers`' GPT2LMHeadModel configured like ours, trained with ours' optimiser,
     schedule and clipping in a plain PyTorch loop on the batches ours draws with the same seed.
-    `train(n)` runs the next n iterations, so the timing can be split around ours' run: a machine
-    that speeds up or slows down during the benchmark then weighs on both alike."""
+    `train(n)` runs the next n iterations, so that `InterleavedClock` can run them in stretches
+    between ours' iterations."""
 
     def __init__(self, data_dir: Path, vocab_size: int, iters: int, seed: int, start_state: dict | None = None):
         import torch
@@ -208,13 +208,14 @@ class HFReference:
                                          min(RECIPE["warmup_steps"], iters), RECIPE["betas"], decay="cosine",
                                          min_ratio=RECIPE["min_lr"] / RECIPE["lr"])
         self.optimizer, self.scheduler = optimization["optimizer"], optimization["lr_scheduler"]["scheduler"]
-        # the batches ours draws with the same seed (the same sampler), in the same order
-        datamodule = LanguageModelDataModule(str(data_dir), block_size=RECIPE["block_size"],
-                                             batch_size=RECIPE["batch_size"],
-                                             samples_per_epoch=iters * RECIPE["batch_size"], seed=seed)
-        datamodule.setup()
-        self.batches = iter(datamodule.train_dataloader())
-        self.data_dir, self.iters, self.done, self.last_loss = data_dir, iters, 0, float("nan")
+        # the batches ours draws with the same seed (the same sampler), in the same order, and the
+        # held-out blocks ours is scored on
+        self.datamodule = LanguageModelDataModule(str(data_dir), block_size=RECIPE["block_size"],
+                                                  batch_size=RECIPE["batch_size"], eval_batch_size=256,
+                                                  samples_per_epoch=iters * RECIPE["batch_size"], seed=seed)
+        self.datamodule.setup()
+        self.batches = iter(self.datamodule.train_dataloader())
+        self.iters, self.done, self.last_loss = iters, 0, float("nan")
         self.durations: list[float] = []  # timed iterations
 
     @property
@@ -225,14 +226,13 @@ class HFReference:
         """The next n iterations; the first of them is left untimed (cold caches after a switch),
         and so are the first TIMED_FROM of the run."""
         import torch
-        import torch.nn.functional as F
+
+        from transformer_lab.tasks.gpt import lm_loss
 
         ticks = [time.perf_counter()]
         for _ in range(n):
             batch = next(self.batches)
-            chunk = torch.cat([batch["input_ids"], batch["labels"][:, -1:]], dim=1)
-            logits = self.model(input_ids=chunk[:, :-1]).logits
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
+            loss = lm_loss(self.model(input_ids=batch["input_ids"]).logits, batch["labels"])
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), RECIPE["grad_clip"])
             self.optimizer.step()
@@ -246,22 +246,17 @@ class HFReference:
 
     def evaluate(self) -> float:
         """Mean next-token loss on the held-out blocks ours is scored on."""
-        import numpy as np
         import torch
-        import torch.nn.functional as F
+
+        from transformer_lab.tasks.gpt import lm_loss
 
         self.model.eval()
-        block = RECIPE["block_size"]
-        validation = torch.from_numpy(np.load(self.data_dir / "validation.npy").astype(np.int64))
-        starts = range(0, len(validation) - block, block)
         total, count = 0.0, 0
         with torch.no_grad():
-            for first in range(0, len(starts), 256):
-                chunk = torch.stack([validation[o:o + block + 1] for o in starts[first:first + 256]])
-                logits = self.model(input_ids=chunk[:, :-1]).logits
-                total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1),
-                                         reduction="sum").item()
-                count += chunk[:, 1:].numel()
+            for batch in self.datamodule.val_dataloader():
+                logits = self.model(input_ids=batch["input_ids"]).logits
+                total += lm_loss(logits, batch["labels"]).item() * batch["labels"].numel()
+                count += batch["labels"].numel()
         return total / count
 
     def results(self) -> dict:
