@@ -39,9 +39,9 @@ def test_bpe_round_trips_text_it_never_saw():
 def test_char_tokenizer_is_one_token_per_character_line_breaks_included():
     text = "First Citizen:\nSpeak, speak.\n\nAll:\n\n\nResolved.\n"
     tokenizer = train_tokenizer("char", [text], 100)
-    tokens = tokenizer.encode(text).tokens
-    assert tokens == list(text)  # a run of line breaks is not one token (a per-character loss needs this)
-    assert tokenizer.decode(tokenizer.encode(text).ids) == text
+    encoding = tokenizer.encode(text)
+    assert encoding.tokens == list(text)  # a run of line breaks is not one token (a per-character loss needs this)
+    assert tokenizer.decode(encoding.ids) == text
 
 
 def test_wordpiece_has_bert_special_tokens_and_lowercases(encoded):
