@@ -4,6 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU/CUDA build of torch is chosen here, before the project's own install sees a range.
 TORCH_SPEC ?= torch==2.13.0
+# GPU=1: also what only GPU clusters need (DeepSpeed); the CPU default stays lean.
+GPU ?=
+comma := ,
+EXTRAS := dev$(if $(GPU),$(comma)gpu)
 
 .PHONY: install run test ui clean
 
@@ -12,8 +16,8 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install "$(TORCH_SPEC)"
 	# DeepSpeed ships as source only: built against the torch above (build isolation would fetch another torch)
-	$(BIN)/python -m pip install --no-build-isolation "deepspeed==0.19.8"
-	$(BIN)/python -m pip install -e ".[dev]"
+	$(if $(GPU),$(BIN)/python -m pip install --no-build-isolation "deepspeed==0.19.8")
+	$(BIN)/python -m pip install -e ".[$(EXTRAS)]"
 	touch $@
 
 install: $(BIN)/.installed

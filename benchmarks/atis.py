@@ -64,9 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         train(cfg)
         train_seconds = time.perf_counter() - start
 
-        from transformer_lab.evaluate import load_task
+        from transformer_lab.checkpoints import load_task
+        from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
-        task = load_task(Path(tmp, "run", "checkpoints", "last.ckpt"))
+        task = load_task(Path(tmp, "run", "checkpoints", "last.ckpt"), JointIntentSlotTask, "train_atis")
         predicted = task.predict_words([e["words"] for e in splits["test"]])
         scores = score_predictions([{**e, "words": [w.lower() for w in e["words"]]} for e in splits["test"]], predicted)
 

@@ -20,7 +20,7 @@ def train(run_dir, prepared, *overrides: str, tracking_uri: str | None = None):
                   "model.dropout=0", "model.mlp_dropout=0", f"hydra.run.dir={run_dir}", *overrides],
                  env={"MLFLOW_TRACKING_URI": tracking_uri} if tracking_uri else None)
     assert result.returncode == 0, result.stderr[-3000:]
-    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
 
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):

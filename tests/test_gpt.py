@@ -282,9 +282,9 @@ def test_tiny_gpt_pretraining_lowers_the_loss_and_generates(gpt_tokenizers, tmp_
 
     # pre-trained body -> GPT-1 fine-tuning model
     task = GPTClassificationTask(GPTClassifierConfig(**{**torch.load(
-        tmp_path / "train/checkpoints/best.ckpt", weights_only=False)["hyper_parameters"]["model_config"],
+        tmp_path / "train/checkpoints/best.ckpt", weights_only=True)["hyper_parameters"]["model_config"],
         "n_classes": 2}).to_dict(), ["a", "b"], pretrained=str(tmp_path / "train/checkpoints/best.ckpt"))
-    pretrained = GPTPretrainingTask.load_from_checkpoint(tmp_path / "train/checkpoints/best.ckpt", weights_only=False)
+    pretrained = GPTPretrainingTask.load_from_checkpoint(tmp_path / "train/checkpoints/best.ckpt", weights_only=True)
     torch.testing.assert_close(task.model.gpt.token.weight, pretrained.model.gpt.token.weight)
 
 
@@ -309,7 +309,7 @@ def test_compiled_training_gives_the_same_model(gpt_tokenizers, tmp_path):
                                     tmp_path / "compiled"))
     assert counters["stats"]["unique_graphs"] >= 1
     assert compiled["val/loss"] == pytest.approx(plain["val/loss"], abs=1e-5)
-    weights = torch.load(tmp_path / "compiled" / "checkpoints" / "best.ckpt", weights_only=False)["state_dict"]
+    weights = torch.load(tmp_path / "compiled" / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
     assert not any("_orig_mod" in name for name in weights)
 
 

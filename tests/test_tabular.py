@@ -185,7 +185,7 @@ def test_training_and_baselines_learn_a_small_table(tmp_path):
     assert 0 <= scores["test/f1"] <= 1
     xgb = json.loads((tmp_path / "xgboost" / "metrics.json").read_text())
     assert xgb["best_iteration"] < 2000  # early stopping on the validation rows
-    assert (tmp_path / "xgboost" / "model.ubj").is_file() and (tmp_path / "logistic_regression" / "model.joblib").is_file()
+    assert (tmp_path / "xgboost" / "model.ubj").is_file() and (tmp_path / "logistic_regression" / "model.skops").is_file()
 
 
 def test_hub_source_offline_is_one_clear_error(tmp_path, offline_hub):

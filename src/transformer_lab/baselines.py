@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import joblib
 import numpy as np
 import torch
 from hydra.utils import instantiate
@@ -22,7 +21,7 @@ from transformer_lab.train import hydra_overrides, sweep_parent
 from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
 
-XGBOOST_FILE, ESTIMATOR_FILE = "model.ubj", "model.joblib"
+XGBOOST_FILE, ESTIMATOR_FILE = "model.ubj", "model.skops"
 
 
 def is_xgboost(estimator) -> bool:
@@ -49,11 +48,14 @@ def score(estimator, encoder: TabularEncoder, rows: EncodedRows) -> dict[str, fl
 
 
 def save(estimator, directory: Path) -> Path:
-    """XGBoost in its own binary format (portable across versions), scikit-learn with joblib."""
+    """XGBoost in its own binary format (portable across versions), scikit-learn with skops:
+    neither is a pickle, so loading one runs no code."""
     if is_xgboost(estimator):
         estimator.save_model(directory / XGBOOST_FILE)
         return directory / XGBOOST_FILE
-    joblib.dump(estimator, directory / ESTIMATOR_FILE)
+    import skops.io
+
+    skops.io.dump(estimator, directory / ESTIMATOR_FILE)
     return directory / ESTIMATOR_FILE
 
 
@@ -66,7 +68,14 @@ def load(directory: str | Path, stage: str):
         estimator.load_model(directory / XGBOOST_FILE)
         return estimator
     if (directory / ESTIMATOR_FILE).is_file():
-        return joblib.load(directory / ESTIMATOR_FILE)
+        import skops.io
+
+        path = directory / ESTIMATOR_FILE
+        untrusted = skops.io.get_untrusted_types(file=path)
+        if untrusted:  # skops' default trust covers scikit-learn's own estimators and numpy
+            raise TransformerLabError(f"{path}: refused to load: it holds types that are not trusted "
+                                      f"({', '.join(untrusted[:3])})")
+        return skops.io.load(path)
     raise TransformerLabError(f"{directory}: no trained model (checkpoints/best.ckpt, {XGBOOST_FILE} or "
                               f"{ESTIMATOR_FILE}); train first (`dvc repro {stage}`)")
 

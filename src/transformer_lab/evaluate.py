@@ -10,19 +10,12 @@ import torch
 from omegaconf import DictConfig
 
 from transformer_lab import plots, tracking
+from transformer_lab.checkpoints import load_task
 from transformer_lab.data.atis import read_prepared_split
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.evaluation import intent_confusion, per_slot_f1, score_predictions
 from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
-
-
-def load_task(checkpoint: str | Path, task_class: type = JointIntentSlotTask, stage: str = "train_atis"):
-    """A trained task from its checkpoint, on the CPU; `stage` is the DVC stage that trains it."""
-    path = Path(checkpoint)
-    if not path.is_file():
-        raise TransformerLabError(f"{path}: checkpoint not found; train first (`dvc repro {stage}`)")
-    return task_class.load_from_checkpoint(path, map_location="cpu", weights_only=False)
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -52,7 +45,7 @@ def evaluate(cfg: DictConfig) -> dict:
     """Joint intent + slot scores of a checkpoint on a prepared ATIS split."""
     torch.manual_seed(cfg.seed)
     output_dir = Path(cfg.paths.output_dir)
-    task = load_task(cfg.checkpoint)
+    task = load_task(cfg.checkpoint, JointIntentSlotTask, "train_atis")
     gold = read_prepared_split(cfg.data.prepared_dir, cfg.split)
     predicted = task.predict_words([g["words"] for g in gold])
     metrics = score_predictions(gold, predicted)

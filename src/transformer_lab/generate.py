@@ -12,7 +12,8 @@ from omegaconf import DictConfig
 from transformer_lab import tracking
 from transformer_lab.data.tokenizers import END_OF_TEXT, load_tokenizer
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.evaluate import load_task, mlflow_run_for
+from transformer_lab.checkpoints import load_task
+from transformer_lab.evaluate import mlflow_run_for
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
 
 

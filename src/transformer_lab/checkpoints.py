@@ -1,0 +1,70 @@
+"""Reading checkpoints: a checkpoint is data, never code.
+
+Every checkpoint is read with `torch.load(weights_only=True)`: tensors, numbers, strings and
+containers of them, nothing that can run when unpickled. A Lightning checkpoint of this project
+holds only such values (weights, optimiser and scheduler state, loop counters, hyper-parameters
+as plain dicts and lists, the random state of `callbacks.RandomState`), so nothing is
+allow-listed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+import zipfile
+from pathlib import Path
+
+import torch
+
+from transformer_lab.errors import TransformerLabError
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def read_checkpoint(path: str | Path, stage: str | None = None) -> dict:
+    """The checkpoint at `path` as plain data; one clear error for a missing file, a file that is
+    not a PyTorch checkpoint, or one that would need to run code to load."""
+    path = Path(path)
+    if not path.is_file():
+        hint = f"; train first (`dvc repro {stage}`)" if stage else ""
+        raise TransformerLabError(f"{path}: checkpoint not found{hint}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        # weights_only refuses any global it does not know: loading it would run that code
+        raise TransformerLabError(f"{path}: refused to load: it holds Python objects, not only weights, and "
+                                  f"unpickling it could run code ({_first_line(err)[:160]})") from None
+    except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile, OSError) as err:
+        raise TransformerLabError(f"{path}: not a PyTorch checkpoint ({_first_line(err)[:160]})") from None
+    if not isinstance(checkpoint, dict) or not {"state_dict", "hyper_parameters"} <= set(checkpoint):
+        raise TransformerLabError(f"{path}: not a transformer-lab checkpoint (a Lightning checkpoint with "
+                                  "'state_dict' and 'hyper_parameters')")
+    return checkpoint
+
+
+def load_task(path: str | Path, task_class: type, stage: str):
+    """The trained `task_class` (a LightningModule of tasks/) saved at `path`, on the CPU in eval
+    mode; `stage` is the DVC stage that trains it, named in errors."""
+    checkpoint = read_checkpoint(path, stage)
+    hparams = dict(checkpoint["hyper_parameters"])
+    signature = inspect.signature(task_class.__init__).parameters
+    named = {n: p for n, p in signature.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    unknown = sorted(set(hparams) - set(named))
+    missing = sorted(n for n, p in named.items() if p.default is p.empty and n not in hparams)
+    if unknown or missing:
+        detail = f"unexpected {unknown[:3]}" if unknown else f"missing {missing[:3]}"
+        raise TransformerLabError(f"{path}: not a {task_class.__name__} checkpoint (its hyper-parameters: {detail}); "
+                                  f"use the one `dvc repro {stage}` writes")
+    if "pretrained" in named:
+        hparams["pretrained"] = None  # the saved weights replace the pre-trained start anyway
+    task = task_class(**hparams)
+    try:
+        task.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        raise TransformerLabError(f"{path}: its weights do not fit {task_class.__name__} "
+                                  f"({(lines[1:] or lines)[0][:200]})") from None
+    task.on_load_checkpoint(checkpoint)
+    return task.eval()
