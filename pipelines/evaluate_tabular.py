@@ -1,15 +1,13 @@
 """Compare the tabular models on one split: `python pipelines/evaluate_tabular.py [split=test]`."""
 
-import os
-from pathlib import Path
 
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.evaluate import evaluate_tabular  # noqa: E402
-from transformer_lab.utils.cli import pipeline  # noqa: E402
+from transformer_lab.utils.cli import pipeline, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate_tabular")
@@ -20,4 +18,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)  # a failed DVC stage keeps its previous outputs

@@ -4,16 +4,14 @@
         temperature=0.8 top_k=40 top_p=0.95 seed=1 [checkpoint=...ckpt tokenizer_path=...json]
 """
 
-import os
-from pathlib import Path
 
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.generate import generate  # noqa: E402
-from transformer_lab.utils.cli import pipeline  # noqa: E402
+from transformer_lab.utils.cli import pipeline, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="generate")
@@ -26,4 +24,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)  # a failed DVC stage keeps its previous outputs

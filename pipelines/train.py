@@ -1,15 +1,15 @@
-"""Train a model: `python pipelines/train.py [experiment=atis] [model.n_heads=8] [-m model.n_heads=1,2,4]`."""
+"""Train a model: `python pipelines/train.py [experiment=atis] [model.n_heads=8] [-m model.n_heads=1,2,4]`;
+resume a run: `python pipelines/train.py hydra.run.dir=RUN_DIR ckpt_path=last [trainer.max_epochs=30]`."""
 
-import os
-from pathlib import Path
+import sys
 
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.train import train  # noqa: E402
-from transformer_lab.utils.cli import pipeline, rejoin_ddp_job  # noqa: E402
+from transformer_lab.utils.cli import pipeline, rejoin_ddp_job, resume_run_arguments, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -21,4 +21,5 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     rejoin_ddp_job()  # an extra DDP process of one multirun job runs that job, not the sweep
-    main()
+    sys.argv[1:] = resume_run_arguments(sys.argv[1:])  # hydra.run.dir=DIR ckpt_path=last: DIR's own config
+    run(main)  # a failed DVC stage keeps its previous outputs

@@ -1,16 +1,14 @@
 """Train a tabular baseline: `python pipelines/train_baseline.py baseline=xgboost|logistic_regression`."""
 
 import json
-import os
-from pathlib import Path
 
-os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[1]))
+import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.baselines import train_baseline  # noqa: E402
-from transformer_lab.utils.cli import pipeline  # noqa: E402
+from transformer_lab.utils.cli import pipeline, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_baseline")
@@ -22,4 +20,4 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)  # a failed DVC stage keeps its previous outputs

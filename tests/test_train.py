@@ -119,13 +119,14 @@ def test_logged_mlflow_model_reproduces_the_best_checkpoint(smoke_run, prepared_
     import torch
 
     from transformer_lab.data.atis import AtisDataModule
-    from transformer_lab.evaluate import load_task
+    from transformer_lab.checkpoints import load_task
+    from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
     client = MlflowClient(smoke_run["uri"])
     model_uri = client.get_run(smoke_run["run_id"]).data.tags["model_uri"]
     mlflow.set_tracking_uri(smoke_run["uri"])
     logged = mlflow.pytorch.load_model(model_uri).eval()
-    task = load_task(smoke_run["dir"] / "checkpoints" / "best.ckpt").eval()
+    task = load_task(smoke_run["dir"] / "checkpoints" / "best.ckpt", JointIntentSlotTask, "train_atis").eval()
     dm = AtisDataModule(str(prepared_atis))
     dm.setup()
     batch = next(iter(dm.val_dataloader()))
@@ -149,9 +150,10 @@ def test_embeddings_start_from_word2vec_vectors(tmp_path, smoke_overrides, prepa
     overrides = [*smoke_overrides, "model.d_model=32", "task.lr=0",  # lr 0: the weights stay as initialised
                  "model.embeddings.init=word2vec", f"model.embeddings.vectors={tmp_path / 'vectors.txt'}"]
     train_run(overrides, tmp_path / "run")
-    from transformer_lab.evaluate import load_task
+    from transformer_lab.checkpoints import load_task
+    from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
-    task = load_task(tmp_path / "run/checkpoints/last.ckpt")
+    task = load_task(tmp_path / "run/checkpoints/last.ckpt", JointIntentSlotTask, "train_atis")
     table = task.model.encoder.token_embedding.weight[3:13].detach()
     ratios = table / torch.from_numpy(vectors[:10])
     torch.testing.assert_close(ratios, torch.full_like(ratios, ratios[0, 0].item()))  # the same vectors, one scale

@@ -83,6 +83,7 @@ def load(directory: str | Path, stage: str):
 def train_baseline(cfg: DictConfig) -> dict[str, float]:
     """Fit `cfg.baseline` on the prepared table, score validation and test, save the model and
     record everything in an MLflow run of the task's experiment."""
+    tracking.prepare_logger(cfg, hydra_overrides())  # a server that is down stops the run before any data is read
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     encoded, encoder = encoded_splits(cfg.data.prepared_dir, cfg.data.datamodule.get("fold"))

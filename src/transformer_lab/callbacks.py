@@ -5,10 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import math
+import random
 import time
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import torch
 
 from transformer_lab.utils.io import atomic_write_text
@@ -41,6 +43,34 @@ class MetricsHistory(L.Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.rows = list(state_dict.get("rows", []))
+
+
+class RandomState(L.Callback):
+    """Every checkpoint carries the random generators' states (Python, NumPy, torch on the CPU and
+    each GPU), and resuming restores them: the resumed run shuffles its data and draws its dropout
+    masks exactly as the run that was never stopped. Plain tensors and numbers, so the checkpoint
+    still loads with `weights_only=True`."""
+
+    def state_dict(self) -> dict:
+        version, python_state, gauss = random.getstate()
+        kind, keys, position, has_gauss, cached_gauss = np.random.get_state()
+        return {
+            "python": {"version": version, "state": torch.tensor(python_state, dtype=torch.int64), "gauss": gauss},
+            "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
+                      "has_gauss": int(has_gauss), "cached_gauss": float(cached_gauss)},
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        python = state_dict["python"]
+        random.setstate((python["version"], tuple(python["state"].tolist()), python["gauss"]))
+        numpy = state_dict["numpy"]
+        np.random.set_state((numpy["kind"], numpy["keys"].numpy().astype(np.uint32), numpy["position"],
+                             numpy["has_gauss"], numpy["cached_gauss"]))
+        torch.set_rng_state(state_dict["torch"])
+        if state_dict["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
 
 
 def matmul_parameters(model: torch.nn.Module) -> int:

@@ -33,9 +33,12 @@ def read_checkpoint(path: str | Path, stage: str | None = None) -> dict:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        # weights_only refuses any global it does not know: loading it would run that code
+        blocked = [line.strip() for line in str(err).splitlines() if "GLOBAL" in line]
+        if not blocked:
+            raise TransformerLabError(f"{path}: not a PyTorch checkpoint (unreadable as one)") from None
+        # weights_only refuses every global it does not know: unpickling it would run that code
         raise TransformerLabError(f"{path}: refused to load: it holds Python objects, not only weights, and "
-                                  f"unpickling it could run code ({_first_line(err)[:160]})") from None
+                                  f"unpickling it could run code ({blocked[0][:160]})") from None
     except (RuntimeError, EOFError, ValueError, zipfile.BadZipFile, OSError) as err:
         raise TransformerLabError(f"{path}: not a PyTorch checkpoint ({_first_line(err)[:160]})") from None
     if not isinstance(checkpoint, dict) or not {"state_dict", "hyper_parameters"} <= set(checkpoint):
@@ -51,15 +54,18 @@ def load_task(path: str | Path, task_class: type, stage: str):
     hparams = dict(checkpoint["hyper_parameters"])
     signature = inspect.signature(task_class.__init__).parameters
     named = {n: p for n, p in signature.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
-    unknown = sorted(set(hparams) - set(named))
+    if not any(p.kind == p.VAR_KEYWORD for p in signature.values()):
+        hparams = {k: v for k, v in hparams.items() if k in named}  # a base class's own, as Lightning does
     missing = sorted(n for n, p in named.items() if p.default is p.empty and n not in hparams)
-    if unknown or missing:
-        detail = f"unexpected {unknown[:3]}" if unknown else f"missing {missing[:3]}"
-        raise TransformerLabError(f"{path}: not a {task_class.__name__} checkpoint (its hyper-parameters: {detail}); "
-                                  f"use the one `dvc repro {stage}` writes")
-    if "pretrained" in named:
+    if missing:
+        raise TransformerLabError(f"{path}: not a {task_class.__name__} checkpoint (its hyper-parameters lack "
+                                  f"{missing[:3]}); use the one `dvc repro {stage}` writes")
+    if "pretrained" in hparams:
         hparams["pretrained"] = None  # the saved weights replace the pre-trained start anyway
-    task = task_class(**hparams)
+    try:
+        task = task_class(**hparams)
+    except (TypeError, ValueError, KeyError) as err:  # e.g. another family's model config
+        raise TransformerLabError(f"{path}: not a {task_class.__name__} checkpoint ({_first_line(err)[:200]})") from None
     try:
         task.load_state_dict(checkpoint["state_dict"])
     except RuntimeError as err:

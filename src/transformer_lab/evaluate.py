@@ -31,18 +31,30 @@ def mlflow_run_for(cfg: DictConfig, run_reference: dict | None, run_name: str = 
     import mlflow
     from mlflow import MlflowClient
 
-    client = MlflowClient(cfg.paths.mlflow_tracking_uri)
+    uri = cfg.paths.mlflow_tracking_uri
+    tracking.check_tracking_server(uri)
+    client = MlflowClient(uri)
     if run_reference:
         try:
             return client, client.get_run(run_reference["run_id"]).info.run_id
-        except mlflow.exceptions.MlflowException:
-            pass
+        except mlflow.exceptions.MlflowException as err:
+            # Only a run that is gone gets a new one; a server that fails must not leave a duplicate.
+            if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise TransformerLabError(f"MLflow {uri}: cannot read run {run_reference['run_id']} "
+                                          f"({str(err).splitlines()[0][:200]})") from None
     experiment_id = tracking.experiment_id(client, cfg.task_name, cfg.paths.tracking_dir)
     return client, client.create_run(experiment_id, tags={"mlflow.runName": run_name}).info.run_id
 
 
+def check_tracking(cfg: DictConfig) -> None:
+    """An MLflow server that is down stops an evaluation before it reads anything."""
+    if cfg.get("logger"):
+        tracking.check_tracking_server(cfg.paths.mlflow_tracking_uri)
+
+
 def evaluate(cfg: DictConfig) -> dict:
     """Joint intent + slot scores of a checkpoint on a prepared ATIS split."""
+    check_tracking(cfg)
     torch.manual_seed(cfg.seed)
     output_dir = Path(cfg.paths.output_dir)
     task = load_task(cfg.checkpoint, JointIntentSlotTask, "train_atis")
@@ -71,6 +83,7 @@ def evaluate(cfg: DictConfig) -> dict:
 def evaluate_word2vec(cfg: DictConfig) -> dict:
     """Export the trained vectors (word2vec text format), score them on WordSim-353, SimLex-999
     and the Google analogies, list nearest neighbours and draw a 2-D map."""
+    check_tracking(cfg)
     import json
 
     from transformer_lab import word_vectors
@@ -102,6 +115,7 @@ def evaluate_word2vec(cfg: DictConfig) -> dict:
 def evaluate_vit(cfg: DictConfig) -> dict:
     """Accuracy and macro-F1 of a ViT checkpoint on a prepared image split, the confusion matrix,
     a grid of misclassified images and the last layer's [CLS] attention over the patches."""
+    check_tracking(cfg)
     from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
     from transformer_lab.data.images import ImageDataModule, read_split
@@ -159,6 +173,7 @@ def evaluate_tabular(cfg: DictConfig) -> dict:
     """Every trained tabular model (TabTransformer, MLP, XGBoost, logistic regression) scored on the
     same prepared split with the same metrics: a comparison table (JSON + CSV) and a bar chart,
     each model's scores logged into its own run, the comparison into a run of its own."""
+    check_tracking(cfg)
     from transformer_lab import baselines
     from transformer_lab.data.tabular import fold_rows, read_prepared
     from transformer_lab.tasks.tabular_classification import TabularClassificationTask, score_probabilities

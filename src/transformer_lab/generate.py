@@ -17,11 +17,35 @@ from transformer_lab.evaluate import mlflow_run_for
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
 
 
+def check_settings(cfg: DictConfig) -> None:
+    """The sampling settings, each checked by name before the checkpoint is read."""
+    def number(key: str, kind: type = float):
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)):
+            raise TransformerLabError(f"{key}={value!r}: expected {'a number' if kind is float else 'an integer'}")
+        return value
+
+    if cfg.strategy not in ("greedy", "sample"):
+        raise TransformerLabError(f"strategy={cfg.strategy!r}: expected greedy or sample (beam search is not offered)")
+    if number("max_new_tokens", int) < 1:
+        raise TransformerLabError(f"max_new_tokens={cfg.max_new_tokens}: must be at least 1")
+    if number("num_samples", int) < 1:
+        raise TransformerLabError(f"num_samples={cfg.num_samples}: must be at least 1")
+    if cfg.strategy == "sample" and not number("temperature") > 0:
+        raise TransformerLabError(f"temperature={cfg.temperature}: must be > 0 (strategy=greedy takes the argmax)")
+    top_k, top_p = number("top_k", int), number("top_p")
+    if top_k is not None and top_k < 1:
+        raise TransformerLabError(f"top_k={top_k}: must be at least 1, or null for no cut")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise TransformerLabError(f"top_p={top_p}: must be in (0, 1], or null for no nucleus cut")
+
+
 def generate(cfg: DictConfig) -> dict:
     from transformer_lab.tasks.gpt import GPTPretrainingTask
 
-    if cfg.max_new_tokens < 1:
-        raise TransformerLabError(f"max_new_tokens={cfg.max_new_tokens}: must be at least 1")
+    check_settings(cfg)
+    if cfg.get("output") and cfg.get("logger"):
+        tracking.check_tracking_server(cfg.paths.mlflow_tracking_uri)
     task = load_task(cfg.checkpoint, GPTPretrainingTask, "pretrain_gpt")
     model = task.model.eval()
     tokenizer = load_tokenizer(cfg.tokenizer_path)

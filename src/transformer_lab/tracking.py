@@ -7,12 +7,16 @@ import json
 import os
 import subprocess
 import tempfile
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import torch
 from lightning.pytorch.loggers import Logger, MLFlowLogger
 from omegaconf import DictConfig, OmegaConf
 
+from transformer_lab.errors import TransformerLabError
 from transformer_lab.utils.io import atomic_write_json
 
 RUN_REFERENCE = "mlflow_run.json"
@@ -32,6 +36,57 @@ def experiment_id(client, name: str, tracking_dir: str) -> str:
     if experiment:
         return experiment.experiment_id
     return client.create_experiment(name, artifact_location=default_artifact_location(tracking_dir, name))
+
+
+def check_tracking_server(tracking_uri: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, before any data is read, when an MLflow server named by `tracking_uri` does
+    not answer (MLflow's own client would retry for minutes). Local stores need no check."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{tracking_uri.rstrip('/')}/health", timeout=timeout_s) as response:
+            if response.status == 200:
+                return
+            reason = f"HTTP {response.status}"
+    except urllib.error.HTTPError as err:
+        reason = f"HTTP {err.code}"
+    except (urllib.error.URLError, OSError) as err:
+        reason = str(getattr(err, "reason", err))
+    raise TransformerLabError(
+        f"MLflow tracking server {tracking_uri} does not answer ({reason}): start it (`mlflow server --host "
+        "127.0.0.1 --port 5000 ...`), point MLFLOW_TRACKING_URI at one that runs, unset it for the local store, "
+        "or pass logger=none")
+
+
+IGNORED_IN_RUN_NAMES = ("hydra.", "paths.", "data.prepared_dir", "ckpt_path", "train_dir", "checkpoint")
+
+
+def run_name(task_name: str, overrides: list[str]) -> str:
+    """A name that tells runs apart in the MLflow UI: the DVC stage (and `dvc exp` experiment) that
+    runs it, else the task and the overrides that made it, else the task and the time."""
+    stage, experiment = os.environ.get("DVC_STAGE"), os.environ.get("DVC_EXP_NAME")
+    if stage:
+        return f"{stage} [{experiment}]" if experiment else stage
+    chosen = [o for o in overrides if not o.lstrip("+~").startswith(IGNORED_IN_RUN_NAMES)]
+    name = " ".join([task_name, *chosen]) if chosen else f"{task_name} {time.strftime('%Y-%m-%d %H:%M:%S')}"
+    return name[:250]
+
+
+def prepare_logger(cfg: DictConfig, overrides: list[str]) -> None:
+    """Before a run starts: its MLflow server answers, and its run has a name (unless one was given)."""
+    if not (cfg.get("logger") and cfg.logger.get("mlflow")):
+        return
+    check_tracking_server(cfg.logger.mlflow.tracking_uri)
+    if cfg.logger.mlflow.get("run_name") is None:
+        OmegaConf.update(cfg, "logger.mlflow.run_name", run_name(cfg.task_name, overrides))
+
+
+def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
+    """Where a person finds the run: its page on a server, or how to open the local store."""
+    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"{tracking_uri.rstrip('/')}/{page}"
+    return f"http://127.0.0.1:5000/{page} after `make ui` ({tracking_uri})"
 
 
 def register_resolvers() -> None:
@@ -134,11 +189,12 @@ def read_run_reference(path: str | Path) -> dict | None:
 def log_estimator(logger: MLFlowLogger, estimator, flavour: str) -> str:
     """A fitted estimator as an MLflow model of `flavour` ("xgboost" or "sklearn"); returns its URI."""
     import importlib
-    from importlib.metadata import version
+    from importlib.metadata import packages_distributions, version
 
     import mlflow
 
-    package = {"xgboost": "xgboost", "sklearn": "scikit-learn"}[flavour]
+    module = {"xgboost": "xgboost", "sklearn": "sklearn"}[flavour]
+    package = packages_distributions()[module][0]  # xgboost-cpu or xgboost, scikit-learn
     mlflow.set_tracking_uri(logger._tracking_uri)
     with mlflow.start_run(run_id=logger.run_id):  # requirements named: inferring them imports everything
         info = importlib.import_module(f"mlflow.{flavour}").log_model(

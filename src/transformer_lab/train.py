@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab import plots, tracking
+from transformer_lab.callbacks import RandomState
+from transformer_lab.checkpoints import read_checkpoint
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.hydra_callbacks import sweep_parent_run_id
 from transformer_lab.utils.cli import JOB_DIR_ENV
 from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
+from transformer_lab.utils.validate import check_types
 
 
 def resolve_checkpoint(ckpt_path: str | None, checkpoint_dir: str) -> str | None:
@@ -41,18 +46,56 @@ def sweep_parent() -> str | None:
     return sweep_parent_run_id(HydraConfig.get().sweep.dir)
 
 
+def check_resumable(ckpt_path: str, model_config: dict) -> None:
+    """A checkpoint resumes only the architecture it was trained with: one line naming the first difference."""
+    saved = read_checkpoint(ckpt_path)["hyper_parameters"].get("model_config") or {}
+    changed = [key for key in model_config if key in saved and saved[key] != model_config[key]]
+    if changed:
+        key = changed[0]
+        raise TransformerLabError(f"ckpt_path={ckpt_path}: the checkpoint's model has {key}={saved[key]!r}, this "
+                                  f"config {key}={model_config[key]!r}; resume without changing the architecture "
+                                  "(hydra.run.dir=RUN_DIR ckpt_path=last reads the run's own settings)")
+
+
+def build_model_config(model: DictConfig, sizes: dict):
+    """The model's config object: the `model` node (less `embeddings`, a training choice) plus the sizes
+    that come from the data (vocabulary, label counts)."""
+    node = OmegaConf.masked_copy(model, [key for key in model if key != "embeddings"])
+    try:
+        return instantiate(node, **sizes)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, (ValueError, TypeError)):  # the config class's own check
+            raise TransformerLabError(f"model: {err.__cause__}") from None
+        raise
+
+
+def print_summary(cfg: DictConfig, metrics: dict, output_dir: Path, seconds: float, mlflow_logger) -> None:
+    """The end of a run: its key scores, where its files are and where its MLflow run is."""
+    optimized = cfg.get("optimized_metric")
+    shown = sorted(metrics, key=lambda k: (k != optimized, not k.startswith("test/"), k))[:8]
+    print(f"\n{cfg.task_name}: done in {seconds / 60:.1f} min ({seconds:.0f} s)")
+    print("  " + "   ".join(f"{k} {metrics[k]:.4g}" for k in shown))
+    print(f"  outputs  {output_dir}")
+    if mlflow_logger:
+        print(f"  MLflow   {tracking.run_link(mlflow_logger._tracking_uri, mlflow_logger.experiment_id, mlflow_logger.run_id)}")
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
-    L.seed_everything(cfg.seed, workers=True)
+    started = time.perf_counter()
+    tracking.prepare_logger(cfg, hydra_overrides())  # a server that is down stops the run before any data is read
+    for node, where in ((cfg.data.datamodule, "data.datamodule"), (cfg.model, "model"), (cfg.task, "task")):
+        check_types(node, where)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
     output_dir = Path(cfg.paths.output_dir)
     os.environ[JOB_DIR_ENV] = str(output_dir)  # for the extra DDP processes of a multirun job (rejoin_ddp_job)
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.checkpoint_dir)
 
     datamodule = instantiate(cfg.data.datamodule)
-    # Sizes that depend on the data (vocabulary, label counts) come from the datamodule.
-    embeddings = cfg.model.get("embeddings")  # how to initialise them: a training choice, not a model field
-    model_node = OmegaConf.masked_copy(cfg.model, [key for key in cfg.model if key != "embeddings"])
-    model_config = instantiate(model_node, **datamodule.model_kwargs())
+    model_config = build_model_config(cfg.model, datamodule.model_kwargs())
+    if ckpt_path:
+        check_resumable(ckpt_path, model_config.to_dict())
     task = instantiate(cfg.task, model_config=model_config.to_dict(), **datamodule.task_kwargs(), _convert_="all")
+    embeddings = cfg.model.get("embeddings")  # how to initialise them: a training choice, not a model field
     coverage = None
     if embeddings and embeddings.init == "word2vec":
         coverage = task.load_word_vectors(str(Path(cfg.paths.root_dir, embeddings.vectors)))
@@ -68,21 +111,27 @@ def train(cfg: DictConfig) -> dict[str, float]:
         OmegaConf.update(cfg, "logger.mlflow.run_id", previous_run["run_id"], force_add=True)  # resume continues it
     loggers = instantiate_collection(cfg.get("logger"))
     mlflow_logger = tracking.find_mlflow_logger(loggers)
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=instantiate_collection(cfg.get("callbacks")),
-                                     logger=loggers or False)
+    # RandomState is not optional: without it a resumed run is not the run it continues.
+    callbacks = [*instantiate_collection(cfg.get("callbacks")), RandomState()]
+    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     # Before fit the trainer does not know its rank yet; Lightning reads it from the launcher's environment.
     if mlflow_logger and rank_zero_only.rank == 0:
         tracking.log_run_context(mlflow_logger, cfg, hydra_overrides(), sweep_parent())
         tracking.write_run_reference(output_dir / tracking.RUN_REFERENCE, mlflow_logger)
         if coverage is not None:
             mlflow_logger.log_metrics({"embeddings/word2vec_coverage": coverage})
+    if rank_zero_only.rank == 0:
+        n_params = sum(p.numel() for p in task.model.parameters())
+        print(f"{cfg.task_name}: {type(task.model).__name__}, {n_params / 1e6:.2f} M parameters, "
+              f"{'resuming ' + ckpt_path if ckpt_path else 'from the start'}")
 
-    trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path)
+    trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
 
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-    scores = trainer.validate(task, datamodule=datamodule, ckpt_path=best or None, verbose=False)[0]
+    scoring = {"datamodule": datamodule, "ckpt_path": best or None, "verbose": False, "weights_only": True}
+    scores = trainer.validate(task, **scoring)[0]
     if cfg.get("test"):  # fine-tuning runs score the best checkpoint on their test split too
-        scores.update(trainer.test(task, datamodule=datamodule, ckpt_path=best or None, verbose=False)[0])
+        scores.update(trainer.test(task, **scoring)[0])
     metrics = {name: float(value) for name, value in scores.items()}
     if trainer.is_global_zero:
         metrics_path = output_dir / "metrics.json"
@@ -96,4 +145,5 @@ def train(cfg: DictConfig) -> dict[str, float]:
             if cfg.logger.get("log_pytorch_model"):
                 task.to("cpu")  # `validate` above left the best weights in `task`
                 tracking.log_pytorch_model(mlflow_logger, task.model)
+        print_summary(cfg, metrics, output_dir, time.perf_counter() - started, mlflow_logger)
     return metrics

@@ -86,11 +86,13 @@ def load_hub_documents(hub_id: str, config_name: str) -> list[str]:
     return documents
 
 
-def load_documents(source: str, local_paths: list[str] | None = None, document_separator: str = "blank_line",
+def load_documents(source: str, local_paths: list[str] | str | None = None, document_separator: str = "blank_line",
                    hub_id: str = "Salesforce/wikitext", hub_config: str = "wikitext-2-raw-v1") -> list[str]:
     if source == "builtin":
         return split_documents(read_text_file(builtin_corpus_path()), "line")
     if source == "local":
+        if isinstance(local_paths, (str, Path)):  # one file given without brackets
+            local_paths = [local_paths]
         if not local_paths:
             raise DataError("data.local_paths must list at least one text file when data.source=local")
         return [doc for path in local_paths for doc in split_documents(read_text_file(path), document_separator)]

@@ -64,10 +64,15 @@ def local_images(directory: str | Path) -> tuple[np.ndarray, np.ndarray, list[st
     directory = Path(directory)
     if not directory.is_dir():
         raise DataError(f"{directory}: image folder not found (expected <dir>/<class>/<image>)")
+    bars_were_on = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # a local folder is listed, not downloaded: no "Downloading data" bars
     try:
         listing = datasets.load_dataset("imagefolder", data_dir=str(directory), split="train")
     except Exception as err:
         raise DataError(f"{directory}: not an image folder ({str(err).splitlines()[0]})") from None
+    finally:
+        if bars_were_on:
+            datasets.enable_progress_bars()
     listing = listing.cast_column("image", datasets.Image(decode=False))
     classes = listing.features["label"].names
     arrays, labels, names = [], [], []

@@ -94,6 +94,8 @@ def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | No
     if frame is None:
         try:
             frame = pd.read_csv(source, dtype=str, keep_default_na=False, skipinitialspace=True)
+        except pd.errors.EmptyDataError:
+            raise DataError(f"{source}:1: the file is empty (expected a header line naming the columns)") from None
         except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
             raise DataError(f"{source}: cannot read as CSV ({str(err).splitlines()[0]})") from None
     absent = [c for c in [schema.target, *schema.features] if c not in frame.columns]

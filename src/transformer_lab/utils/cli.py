@@ -3,16 +3,44 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import yaml
+from omegaconf.errors import MissingMandatoryValue
 
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.tracking import register_resolvers
 
 register_resolvers()  # before Hydra composes any config that uses them
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, *fragments: str):
+        super().__init__()
+        self.fragments = fragments
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(fragment in record.getMessage() for fragment in self.fragments)
+
+
+def quiet_console() -> None:
+    """Keep the console for what a user needs: no adverts, no notices about choices made on purpose."""
+    lightning_notices = _DropMessages("💡 Tip", "to estimate number of stepping batches")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(lightning_notices)
+    # The pickled MLflow model is deliberate (README "What is safe to load"); torch.export would fix the shapes.
+    logging.getLogger("mlflow.pytorch").addFilter(_DropMessages("Saving pytorch model by Pickle"))
+    for name in ("mlflow.store.db.utils", "alembic"):  # "Creating initial MLflow database tables..."
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")  # inside Lightning
+
+
+quiet_console()
 
 
 def pipeline(fn):
@@ -22,6 +50,9 @@ def pipeline(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except MissingMandatoryValue as err:
+            print(f"error: {err.full_key} is required: pass {err.full_key}=VALUE", file=sys.stderr, flush=True)
+            sys.exit(2)
         except Exception as err:
             cause = _user_error(err)
             if cause is None:
@@ -30,6 +61,23 @@ def pipeline(fn):
             sys.exit(2)
 
     return wrapper
+
+
+def run(main) -> None:
+    """Run an entry point's `main`. Under `dvc repro` (which deletes a stage's outputs before its
+    command runs), a stage that fails for any reason, a config Hydra rejects included, gets the
+    outputs of its last successful run back from the DVC cache."""
+    try:
+        main()
+    except BaseException as err:
+        stage = os.environ.get("DVC_STAGE")
+        if stage and not (isinstance(err, SystemExit) and not err.code):
+            from transformer_lab.utils.dvc_outputs import restore_stage_outputs
+
+            if restore_stage_outputs(stage, Path.cwd(), os.environ.get("DVC_ROOT")):
+                print(f"{stage}: failed; its previous outputs are back in place (from the DVC cache)",
+                      file=sys.stderr)
+        raise
 
 
 def _user_error(err: BaseException | None) -> TransformerLabError | None:
@@ -60,3 +108,33 @@ def rejoin_ddp_job() -> None:
         return
     launcher_settings = [a for a in arguments if a.startswith(("hydra.job.name=", "hydra.output_subdir="))]
     sys.argv = [sys.argv[0], *yaml.safe_load(overrides.read_text()), f"hydra.run.dir={job_dir}", *launcher_settings]
+
+
+RESUME_RECORD_PREFIX = "resume-"
+
+
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def resume_run_arguments(arguments: list[str]) -> list[str]:
+    """`hydra.run.dir=DIR ckpt_path=...` resumes the run in DIR with that run's own configuration:
+    the overrides recorded when it started (DIR/.hydra/overrides.yaml) come first, the command
+    line's apply on top, and this attempt's record goes to DIR/.hydra/resume-<time>/, so the run's
+    original record is never overwritten. Any other command line is returned as it is."""
+    given = {_override_key(a): a for a in arguments if "=" in a and not a.startswith("-")}
+    run_dir, checkpoint = given.get("hydra.run.dir"), given.get("ckpt_path")
+    if not run_dir or not checkpoint or checkpoint.split("=", 1)[1] in ("", "null") or "LOCAL_RANK" in os.environ:
+        return arguments  # an extra DDP process gets the command line its rank-0 process already rewrote
+    record = Path(run_dir.split("=", 1)[1], ".hydra", "overrides.yaml")
+    if not record.is_file() or {"-m", "--multirun"} & set(arguments):
+        return arguments
+    merged = {_override_key(o): o for o in yaml.safe_load(record.read_text()) or []}
+    for argument in arguments:
+        key = _override_key(argument) if "=" in argument else argument
+        previous = merged.get(key)
+        if previous and previous.startswith("+") and not argument.startswith(("+", "~")):
+            argument = "+" + argument  # the key exists only because the run added it
+        merged[key] = argument
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    return [*merged.values(), f"hydra.output_subdir=.hydra/{RESUME_RECORD_PREFIX}{stamp}"]

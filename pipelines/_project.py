@@ -1,0 +1,26 @@
+"""Imported first by every entry point: the project root (where conf/ is found) and the project's
+own Python. `.venv/bin/dvc repro` runs each stage command with the first `python` on PATH, which
+need not be the project's; such a Python hands the command over to `.venv/bin/python`."""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("PROJECT_ROOT", str(ROOT))
+
+
+def _use_project_python() -> None:
+    if all(importlib.util.find_spec(name) for name in ("hydra", "transformer_lab")):
+        return
+    venv_python = ROOT / ".venv" / "bin" / "python"
+    if venv_python.is_file() and not os.environ.get("TRANSFORMER_LAB_HANDED_OVER"):
+        os.environ["TRANSFORMER_LAB_HANDED_OVER"] = "1"  # once: a broken .venv must not loop
+        os.execv(venv_python, [str(venv_python), *sys.argv])
+    print(f"error: {sys.executable} lacks the project's packages: run `make install`, then "
+          "`source .venv/bin/activate` (or call .venv/bin/python)", file=sys.stderr)
+    sys.exit(2)
+
+
+_use_project_python()

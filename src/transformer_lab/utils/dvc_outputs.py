@@ -1,0 +1,72 @@
+"""A DVC stage that fails keeps its previous outputs.
+
+`dvc repro` deletes a stage's outputs before it runs the command, and keeps them in its cache.
+When the command fails, the outputs `dvc.lock` still records for the stage (those of its last
+successful run) are copied back from the cache, so the workspace is what it was before the rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+
+
+def _cache_file(cache_dir: Path, md5: str) -> Path:
+    return cache_dir / "files" / "md5" / md5[:2] / md5[2:]
+
+
+def _copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)  # a plain copy: cache files are read-only
+
+
+def _restore(output: dict, workdir: Path, cache_dir: Path) -> bool:
+    path, md5 = workdir / output["path"], output.get("md5")
+    if not md5:
+        return False
+    if md5.endswith(".dir"):
+        manifest = _cache_file(cache_dir, md5)
+        if not manifest.is_file():
+            return False
+        entries = json.loads(manifest.read_text())
+        if not all(_cache_file(cache_dir, entry["md5"]).is_file() for entry in entries):
+            return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+        for entry in entries:
+            _copy(_cache_file(cache_dir, entry["md5"]), staging / entry["relpath"])
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        os.replace(staging, path)
+        return True
+    cached = _cache_file(cache_dir, md5)
+    if not cached.is_file():
+        return False
+    if path.is_dir():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+        shutil.copyfileobj(cached.open("rb"), tmp)
+    os.replace(tmp.name, path)
+    return True
+
+
+def restore_stage_outputs(stage: str, workdir: str | Path = ".", dvc_root: str | Path | None = None) -> list[str]:
+    """Copy the outputs `dvc.lock` records for `stage` back from the DVC cache; returns the paths
+    restored (none when the stage never succeeded or its cache is elsewhere)."""
+    workdir = Path(workdir)
+    lock_path = workdir / "dvc.lock"
+    if not lock_path.is_file():
+        return []
+    recorded = (yaml.safe_load(lock_path.read_text()) or {}).get("stages", {}).get(stage)
+    if not recorded:
+        return []
+    cache_dir = Path(dvc_root or workdir) / ".dvc" / "cache"
+    return [out["path"] for out in recorded.get("outs", []) if _restore(out, workdir, cache_dir)]
