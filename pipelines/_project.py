@@ -14,8 +14,10 @@ os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 def _use_project_python() -> None:
     if all(importlib.util.find_spec(name) for name in ("hydra", "transformer_lab")):
         return
-    venv_python = ROOT / ".venv" / "bin" / "python"
-    if venv_python.is_file() and not os.environ.get("TRANSFORMER_LAB_HANDED_OVER"):
+    # A queued `dvc exp run` works in a temporary copy without .venv; DVC_ROOT names the project.
+    roots = [ROOT, *([Path(os.environ["DVC_ROOT"])] if os.environ.get("DVC_ROOT") else [])]
+    venv_python = next((p for p in (r / ".venv" / "bin" / "python" for r in roots) if p.is_file()), None)
+    if venv_python and not os.environ.get("TRANSFORMER_LAB_HANDED_OVER"):
         os.environ["TRANSFORMER_LAB_HANDED_OVER"] = "1"  # once: a broken .venv must not loop
         os.execv(venv_python, [str(venv_python), *sys.argv])
     print(f"error: {sys.executable} lacks the project's packages: run `make install`, then "

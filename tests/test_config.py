@@ -33,7 +33,7 @@ def test_deepspeed_configs_instantiate_their_strategies(tmp_path):
     stage3 = compose_config("train", ["trainer=deepspeed_stage_3"], tmp_path).trainer
     assert stage3.strategy._target_ == "lightning.pytorch.strategies.DeepSpeedStrategy"
     assert stage3.strategy.stage == 3 and stage3.precision == "bf16-mixed"
-    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (`make install` builds it)")
+    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed (`make install GPU=1` builds it)")
     from lightning.pytorch.strategies import DeepSpeedStrategy
 
     for name, stage in (("deepspeed_stage_2", 2), ("deepspeed_stage_3", 3)):

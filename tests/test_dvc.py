@@ -16,13 +16,16 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
 
-def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
-    # A user's shell: the project's venv first on PATH, no tracking URI set (the default local store).
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PROJECT_ROOT")}
-    env["PATH"] = f"{BIN}{os.pathsep}{env['PATH']}"
-    result = subprocess.run([str(BIN / "dvc"), *args], cwd=project, env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, f"dvc {' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+def dvc(project: Path, *args: str, succeeds: bool = True) -> subprocess.CompletedProcess:
+    # `.venv/bin/dvc ...` as the README writes it, from a fresh shell: the venv is not on PATH (a
+    # stage's `python3` is some other Python, which hands over to the project's .venv), and no
+    # tracking URI is set (the default local store).
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PROJECT_ROOT", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if Path(p) != BIN)
+    result = subprocess.run([str(project / ".venv" / "bin" / "dvc"), *args], cwd=project, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert (result.returncode == 0) == succeeds, \
+        f"dvc {' '.join(args)}: exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result
 
 
@@ -62,6 +65,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     git(project, "init", "-q")
     git(project, "add", "-A")
     git(project, "commit", "-qm", "tiny")
+    (project / ".venv").symlink_to(BIN.parent)  # a user's clone has its own .venv (git-ignored)
 
     first = dvc(project, "repro")
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
@@ -84,8 +88,22 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                  "artifacts/tabular/eval/comparison.png", "artifacts/tabular/eval/comparison.csv"):
         assert (project / plot).is_file()
 
+    # Importing the package writes __pycache__ into the source folders stages depend on: not a change.
+    imported = subprocess.run([sys.executable, "-c", "import transformer_lab.models, transformer_lab.tasks"],
+                              cwd=project, env={**os.environ, "PYTHONPATH": str(project / "src")})
+    assert imported.returncode == 0 and list((project / "src/transformer_lab/models").glob("__pycache__/*.pyc"))
     second = dvc(project, "repro")
     assert ran_stages(second.stdout) == [] and "up to date" in second.stdout
+
+    # A rerun that fails (here a setting of the wrong type) leaves the stage's previous outputs in place.
+    trained = project / "artifacts/atis/train"
+    before = {p: p.read_bytes() for p in [trained / "metrics.json", trained / "checkpoints/best.ckpt"]}
+    set_param(conf / "task" / "joint_intent_slot.yaml", "lr", "1.0e-3", "fast")
+    failed = dvc(project, "repro", "train_atis", succeeds=False)
+    assert "task.lr='fast': expected a number" in failed.stderr and "previous outputs are back" in failed.stderr
+    assert {p: p.read_bytes() for p in before} == before
+    set_param(conf / "task" / "joint_intent_slot.yaml", "lr", "fast", "1.0e-3")
+    assert "up to date" in dvc(project, "status").stdout
 
     # A queued experiment runs in a temporary copy of the project, re-runs only what its change
     # touches, and still logs into the project's MLflow store.
@@ -111,6 +129,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     shown = json.loads(dvc(project, "exp", "show", "--json").stdout)
     workspace = next(e for e in shown if e["rev"] == "workspace")["data"]
     assert workspace["params"]["conf/model/encoder.yaml"]["data"]["n_heads"] == 2
+    assert not [f for f, p in workspace["params"].items() if "_target_" in p["data"]]  # what matters, not wiring
     assert "test/slot_f1" in workspace["metrics"]["artifacts/atis/eval/metrics.json"]["data"]
     assert "two-heads" in {e["name"] for commit in shown for e in commit.get("experiments") or []}
     dvc(project, "plots", "show", "-o", str(tmp_path / "plots"))
@@ -129,7 +148,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     encoder_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "train_atis"]
     assert len(encoder_runs) == 2 and {r.data.params["model.n_heads"] for r in encoder_runs} == {"4", "2"}
     [queued] = [r for r in encoder_runs if r.data.params["model.n_heads"] == "2"]
-    assert queued.data.tags["dvc_experiment"] == "two-heads"
+    assert queued.data.tags["dvc_experiment"] == "two-heads" and queued.info.run_name == "train_atis [two-heads]"
     assert all("test/slot_f1" in r.data.metrics for r in encoder_runs)
     # TabTransformer, MLP, XGBoost, logistic regression and their comparison: one experiment
     tabular = client.search_runs([client.get_experiment_by_name("tabular").experiment_id])
