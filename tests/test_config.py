@@ -102,6 +102,9 @@ def test_multirun_gives_one_mlflow_run_per_job(tmp_path, prepared_atis):
     combos = {(r.data.params["model.n_heads"], r.data.params["model.n_layers"]) for r in runs}
     assert combos == {("1", "1"), ("1", "2"), ("2", "1"), ("2", "2")}
     assert all(r.info.status == "FINISHED" and "val/slot_f1" in r.data.metrics for r in runs)
+    # named for the UI by what sets them apart, not by the seeded random generator
+    assert all(r.info.run_name.startswith(f"atis model.n_heads={r.data.params['model.n_heads']} model.n_layers=")
+               for r in runs) and len({r.info.run_name for r in runs}) == 4
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
 
 

@@ -20,7 +20,9 @@ def train(run_dir, prepared, *overrides: str, tracking_uri: str | None = None):
                   "model.dropout=0", "model.mlp_dropout=0", f"hydra.run.dir={run_dir}", *overrides],
                  env={"MLFLOW_TRACKING_URI": tracking_uri} if tracking_uri else None)
     assert result.returncode == 0, result.stderr[-3000:]
-    return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    checkpoint["processes"] = (result.stdout + result.stderr).count("Initializing distributed: GLOBAL_RANK") or 1
+    return checkpoint
 
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
@@ -31,7 +33,7 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     two = train(tmp_path / "two", prepared, "trainer=ddp_cpu", "++trainer.max_steps=6", "data.datamodule.batch_size=8",
                 tracking_uri=uri)
     assert one["global_step"] == two["global_step"] == 6
-    assert (tmp_path / "two" / "train_ddp_process_1.log").is_file()  # the second process really ran
+    assert two["processes"] == 2 and one["processes"] == 1  # the second process really ran
     client = MlflowClient(uri)
     [mlflow_run] = client.search_runs([client.get_experiment_by_name("tabular").experiment_id])  # one, not two
     assert mlflow_run.info.status == "FINISHED" and "test/auroc" in mlflow_run.data.metrics
@@ -42,12 +44,13 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     assert changed > 10
 
     # a checkpoint written by two processes resumes in one, and one written by one resumes in two
-    resumed = train(tmp_path / "two", prepared, "++trainer.max_steps=9", "data.datamodule.batch_size=16",
-                    "ckpt_path=last")
-    assert resumed["global_step"] == 9
+    # (a resume keeps the run's own settings, trainer included, unless the command changes them)
+    resumed = train(tmp_path / "two", prepared, "trainer=cpu", "++trainer.max_steps=9",
+                    "data.datamodule.batch_size=16", "ckpt_path=last")
+    assert resumed["global_step"] == 9 and resumed["processes"] == 1
     resumed = train(tmp_path / "one", prepared, "trainer=ddp_cpu", "++trainer.max_steps=9",
                     "data.datamodule.batch_size=8", "ckpt_path=last")
-    assert resumed["global_step"] == 9
+    assert resumed["global_step"] == 9 and resumed["processes"] == 2
 
 
 def test_multirun_with_ddp_is_one_mlflow_run_per_job(tmp_path):
@@ -68,5 +71,6 @@ def test_multirun_with_ddp_is_one_mlflow_run_per_job(tmp_path):
     assert folders == ["0", "1"]
     for folder in folders:  # each job ran its two processes, and only its own
         assert (tmp_path / "sweep" / folder / "metrics.json").is_file()
-        assert (tmp_path / "sweep" / folder / "train_ddp_process_1.log").is_file()
+    output = result.stdout + result.stderr
+    assert output.count("Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2") == 2
     assert result.stdout.count("Launching 2 jobs") + result.stderr.count("Launching 2 jobs") == 1

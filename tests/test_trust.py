@@ -186,7 +186,7 @@ def test_bad_settings_are_one_line_naming_the_key(tmp_path, prepared_atis):
     for override, message in (("model.n_heads=abc", r"model.n_heads='abc': expected an integer"),
                               ("model.n_heads=3", "d_model=128 is not divisible by n_heads=3"),
                               ("task.lr=fast", r"task.lr='fast': expected a number"),
-                              ("data.datamodule.batch_size=1.5", "data.datamodule.batch_size=1.5: expected an integer")):
+                              ("data.datamodule.batch_size=1.5", "batch_size=1.5: expected an integer")):
         with pytest.raises(TransformerLabError, match=message):
             train(compose_config("train", ["debug=smoke", "logger=none", f"data.prepared_dir={prepared_atis}",
                                            override], tmp_path / "run"))
@@ -204,3 +204,22 @@ def test_bad_files_are_one_line_naming_the_file(tmp_path):
         read_table(tmp_path / "empty.csv", TableSchema.load(ROOT / "conf" / "schemas" / "heart.yaml"))
     (tmp_path / "one.txt").write_text("a first line of text\n\na second document\n")
     assert load_documents("local", str(tmp_path / "one.txt")) == load_documents("local", [str(tmp_path / "one.txt")])
+
+
+def test_resume_arguments_are_the_runs_own_with_the_command_line_on_top(tmp_path):
+    from transformer_lab.utils.cli import resume_run_arguments
+
+    record = tmp_path / "run" / ".hydra" / "overrides.yaml"
+    record.parent.mkdir(parents=True)
+    record.write_text(yaml.safe_dump(["experiment=atis", "model.n_heads=8", "logger.log_pytorch_model=false",
+                                      "+callbacks.extra._target_=x.Y", "trainer.max_epochs=10"]))
+    given = [f"hydra.run.dir={tmp_path / 'run'}", "ckpt_path=last", "trainer.max_epochs=30", "logger=none",
+             "callbacks.extra._target_=x.Z"]
+    arguments = resume_run_arguments(given)
+    assert arguments[:-1] == ["experiment=atis", "model.n_heads=8", "+callbacks.extra._target_=x.Z",
+                              "trainer.max_epochs=30", f"hydra.run.dir={tmp_path / 'run'}", "ckpt_path=last",
+                              "logger=none"]
+    assert arguments[-1].startswith("hydra.output_subdir=.hydra/resume-")
+    for unchanged in ([f"hydra.run.dir={tmp_path / 'run'}"], ["ckpt_path=last"],  # a new run; no run folder
+                      [f"hydra.run.dir={tmp_path / 'new'}", "ckpt_path=last"]):  # a folder with no record
+        assert resume_run_arguments(unchanged) == unchanged

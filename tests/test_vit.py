@@ -144,11 +144,15 @@ def _png(path, size=(8, 8), value=0):
     Image.new("L", size, color=value).save(path)
 
 
-def test_local_image_folder_and_its_errors(tmp_path):
+def test_local_image_folder_and_its_errors(tmp_path, capfd, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")  # listed afresh, not from a cache
     for label in ("cat", "dog"):
         for i in range(10):
             _png(tmp_path / "folder" / label / f"{i}.png", value=i * 20 + (label == "dog") * 5)
     summary = prepare("local", str(tmp_path / "out"), local_dir=str(tmp_path / "folder"))
+    assert "examples/s" not in capfd.readouterr().err  # a local folder is listed, no progress bars of a download
     assert summary["classes"] == 2 and summary["image_shape"] == [1, 8, 8]
     assert json.loads((tmp_path / "out" / "classes.json").read_text()) == ["cat", "dog"]
 

@@ -65,7 +65,8 @@ def load_task(path: str | Path, task_class: type, stage: str):
     try:
         task = task_class(**hparams)
     except (TypeError, ValueError, KeyError) as err:  # e.g. another family's model config
-        raise TransformerLabError(f"{path}: not a {task_class.__name__} checkpoint ({_first_line(err)[:200]})") from None
+        raise TransformerLabError(f"{path}: not a {task_class.__name__} checkpoint "
+                                  f"({_first_line(err)[:200]})") from None
     try:
         task.load_state_dict(checkpoint["state_dict"])
     except RuntimeError as err:

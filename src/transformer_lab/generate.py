@@ -21,7 +21,8 @@ def check_settings(cfg: DictConfig) -> None:
     """The sampling settings, each checked by name before the checkpoint is read."""
     def number(key: str, kind: type = float):
         value = cfg.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)):
+        accepted = (int, float) if kind is float else int
+        if value is not None and (isinstance(value, bool) or not isinstance(value, accepted)):
             raise TransformerLabError(f"{key}={value!r}: expected {'a number' if kind is float else 'an integer'}")
         return value
 

@@ -77,7 +77,8 @@ def print_summary(cfg: DictConfig, metrics: dict, output_dir: Path, seconds: flo
     print("  " + "   ".join(f"{k} {metrics[k]:.4g}" for k in shown))
     print(f"  outputs  {output_dir}")
     if mlflow_logger:
-        print(f"  MLflow   {tracking.run_link(mlflow_logger._tracking_uri, mlflow_logger.experiment_id, mlflow_logger.run_id)}")
+        link = tracking.run_link(mlflow_logger._tracking_uri, mlflow_logger.experiment_id, mlflow_logger.run_id)
+        print(f"  MLflow   {link}")
 
 
 def train(cfg: DictConfig) -> dict[str, float]:

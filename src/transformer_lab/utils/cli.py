@@ -120,8 +120,9 @@ def _override_key(override: str) -> str:
 def resume_run_arguments(arguments: list[str]) -> list[str]:
     """`hydra.run.dir=DIR ckpt_path=...` resumes the run in DIR with that run's own configuration:
     the overrides recorded when it started (DIR/.hydra/overrides.yaml) come first, the command
-    line's apply on top, and this attempt's record goes to DIR/.hydra/resume-<time>/, so the run's
-    original record is never overwritten. Any other command line is returned as it is."""
+    line's apply on top (a group it chooses anew replaces the run's keys inside that group), and
+    this attempt's record goes to DIR/.hydra/resume-<time>/, so the run's original record is never
+    overwritten. Any other command line is returned as it is."""
     given = {_override_key(a): a for a in arguments if "=" in a and not a.startswith("-")}
     run_dir, checkpoint = given.get("hydra.run.dir"), given.get("ckpt_path")
     if not run_dir or not checkpoint or checkpoint.split("=", 1)[1] in ("", "null") or "LOCAL_RANK" in os.environ:
@@ -132,6 +133,8 @@ def resume_run_arguments(arguments: list[str]) -> list[str]:
     merged = {_override_key(o): o for o in yaml.safe_load(record.read_text()) or []}
     for argument in arguments:
         key = _override_key(argument) if "=" in argument else argument
+        # a group chosen anew (logger=none, trainer=cpu) drops the run's settings inside the old choice
+        merged = {k: o for k, o in merged.items() if not k.startswith(f"{key}.")}
         previous = merged.get(key)
         if previous and previous.startswith("+") and not argument.startswith(("+", "~")):
             argument = "+" + argument  # the key exists only because the run added it
