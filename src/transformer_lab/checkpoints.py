@@ -23,13 +23,12 @@ def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
-def read_checkpoint(path: str | Path, stage: str | None = None) -> dict:
-    """The checkpoint at `path` as plain data; one clear error for a missing file, a file that is
-    not a PyTorch checkpoint, or one that would need to run code to load."""
+def read_checkpoint(path: str | Path, missing_hint: str = "") -> dict:
+    """The checkpoint at `path` as plain data; one clear error for a missing file (`missing_hint`
+    says what to do), a file that is not a PyTorch checkpoint, or one that would need to run code."""
     path = Path(path)
     if not path.is_file():
-        hint = f"; train first (`dvc repro {stage}`)" if stage else ""
-        raise TransformerLabError(f"{path}: checkpoint not found{hint}")
+        raise TransformerLabError(f"{path}: checkpoint not found{'; ' + missing_hint if missing_hint else ''}")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
@@ -50,7 +49,7 @@ def read_checkpoint(path: str | Path, stage: str | None = None) -> dict:
 def load_task(path: str | Path, task_class: type, stage: str):
     """The trained `task_class` (a LightningModule of tasks/) saved at `path`, on the CPU in eval
     mode; `stage` is the DVC stage that trains it, named in errors."""
-    checkpoint = read_checkpoint(path, stage)
+    checkpoint = read_checkpoint(path, f"train first (`dvc repro {stage}`)")
     hparams = dict(checkpoint["hyper_parameters"])
     signature = inspect.signature(task_class.__init__).parameters
     named = {n: p for n, p in signature.items() if n != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}

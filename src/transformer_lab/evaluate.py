@@ -31,8 +31,7 @@ def mlflow_run_for(cfg: DictConfig, run_reference: dict | None, run_name: str = 
     import mlflow
     from mlflow import MlflowClient
 
-    uri = cfg.paths.mlflow_tracking_uri
-    tracking.check_tracking_server(uri)
+    uri = cfg.paths.mlflow_tracking_uri  # answering: every command checks it first (check_tracking)
     client = MlflowClient(uri)
     if run_reference:
         try:
@@ -83,11 +82,12 @@ def evaluate(cfg: DictConfig) -> dict:
 def evaluate_word2vec(cfg: DictConfig) -> dict:
     """Export the trained vectors (word2vec text format), score them on WordSim-353, SimLex-999
     and the Google analogies, list nearest neighbours and draw a 2-D map."""
-    check_tracking(cfg)
     import json
 
     from transformer_lab import word_vectors
     from transformer_lab.tasks.word2vec import Word2VecTask
+
+    check_tracking(cfg)
 
     task = load_task(cfg.checkpoint, Word2VecTask, "pretrain_word2vec")
     words, vectors = task.vectors()
@@ -115,12 +115,12 @@ def evaluate_word2vec(cfg: DictConfig) -> dict:
 def evaluate_vit(cfg: DictConfig) -> dict:
     """Accuracy and macro-F1 of a ViT checkpoint on a prepared image split, the confusion matrix,
     a grid of misclassified images and the last layer's [CLS] attention over the patches."""
-    check_tracking(cfg)
     from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
     from transformer_lab.data.images import ImageDataModule, read_split
     from transformer_lab.tasks.image_classification import ImageClassificationTask
 
+    check_tracking(cfg)
     torch.manual_seed(cfg.seed)
     output_dir = Path(cfg.paths.output_dir)
     task = load_task(cfg.checkpoint, ImageClassificationTask, "train_vit")
@@ -173,11 +173,11 @@ def evaluate_tabular(cfg: DictConfig) -> dict:
     """Every trained tabular model (TabTransformer, MLP, XGBoost, logistic regression) scored on the
     same prepared split with the same metrics: a comparison table (JSON + CSV) and a bar chart,
     each model's scores logged into its own run, the comparison into a run of its own."""
-    check_tracking(cfg)
     from transformer_lab import baselines
     from transformer_lab.data.tabular import fold_rows, read_prepared
     from transformer_lab.tasks.tabular_classification import TabularClassificationTask, score_probabilities
 
+    check_tracking(cfg)
     torch.manual_seed(cfg.seed)
     output_dir = Path(cfg.paths.output_dir)
     table, schema, encoder = read_prepared(cfg.data.prepared_dir)

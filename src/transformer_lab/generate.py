@@ -10,31 +10,31 @@ import torch
 from omegaconf import DictConfig
 
 from transformer_lab import tracking
+from transformer_lab.checkpoints import load_task
 from transformer_lab.data.tokenizers import END_OF_TEXT, load_tokenizer
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.checkpoints import load_task
-from transformer_lab.evaluate import mlflow_run_for
+from transformer_lab.evaluate import check_tracking, mlflow_run_for
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
+from transformer_lab.utils.validate import check_value
+
+
+SETTING_TYPES = {"max_new_tokens": int, "num_samples": int, "temperature": float, "top_k": int | None,
+                 "top_p": float | None}
 
 
 def check_settings(cfg: DictConfig) -> None:
     """The sampling settings, each checked by name before the checkpoint is read."""
-    def number(key: str, kind: type = float):
-        value = cfg.get(key)
-        accepted = (int, float) if kind is float else int
-        if value is not None and (isinstance(value, bool) or not isinstance(value, accepted)):
-            raise TransformerLabError(f"{key}={value!r}: expected {'a number' if kind is float else 'an integer'}")
-        return value
-
+    for key, hint in SETTING_TYPES.items():
+        check_value(key, cfg.get(key), hint)
     if cfg.strategy not in ("greedy", "sample"):
         raise TransformerLabError(f"strategy={cfg.strategy!r}: expected greedy or sample (beam search is not offered)")
-    if number("max_new_tokens", int) < 1:
+    if cfg.max_new_tokens < 1:
         raise TransformerLabError(f"max_new_tokens={cfg.max_new_tokens}: must be at least 1")
-    if number("num_samples", int) < 1:
+    if cfg.num_samples < 1:
         raise TransformerLabError(f"num_samples={cfg.num_samples}: must be at least 1")
-    if cfg.strategy == "sample" and not number("temperature") > 0:
+    if cfg.strategy == "sample" and not cfg.temperature > 0:
         raise TransformerLabError(f"temperature={cfg.temperature}: must be > 0 (strategy=greedy takes the argmax)")
-    top_k, top_p = number("top_k", int), number("top_p")
+    top_k, top_p = cfg.top_k, cfg.top_p
     if top_k is not None and top_k < 1:
         raise TransformerLabError(f"top_k={top_k}: must be at least 1, or null for no cut")
     if top_p is not None and not 0 < top_p <= 1:
@@ -45,8 +45,8 @@ def generate(cfg: DictConfig) -> dict:
     from transformer_lab.tasks.gpt import GPTPretrainingTask
 
     check_settings(cfg)
-    if cfg.get("output") and cfg.get("logger"):
-        tracking.check_tracking_server(cfg.paths.mlflow_tracking_uri)
+    if cfg.get("output"):  # samples are logged only when written
+        check_tracking(cfg)
     task = load_task(cfg.checkpoint, GPTPretrainingTask, "pretrain_gpt")
     model = task.model.eval()
     tokenizer = load_tokenizer(cfg.tokenizer_path)

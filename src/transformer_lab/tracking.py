@@ -193,8 +193,7 @@ def log_estimator(logger: MLFlowLogger, estimator, flavour: str) -> str:
 
     import mlflow
 
-    module = {"xgboost": "xgboost", "sklearn": "sklearn"}[flavour]
-    package = packages_distributions()[module][0]  # xgboost-cpu or xgboost, scikit-learn
+    package = packages_distributions()[flavour][0]  # the module's distribution: xgboost-cpu or xgboost, scikit-learn
     mlflow.set_tracking_uri(logger._tracking_uri)
     with mlflow.start_run(run_id=logger.run_id):  # requirements named: inferring them imports everything
         info = importlib.import_module(f"mlflow.{flavour}").log_model(

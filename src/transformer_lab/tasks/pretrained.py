@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pathlib import Path
-
 from torch import nn
 
 from transformer_lab.checkpoints import read_checkpoint
@@ -28,10 +26,8 @@ def load_pretrained(module: nn.Module, source: str | None, *, prefix: str, from_
     if source.startswith(HUB_PREFIX):
         state = from_hub(source[len(HUB_PREFIX):])
     else:
-        if not Path(source).is_file():
-            raise TransformerLabError(f"{source}: pre-trained checkpoint not found; run `dvc repro {stage}` "
-                                      f"or set task.pretrained=null (random start) or {hub_example}")
-        checkpoint = read_checkpoint(source, stage)
+        checkpoint = read_checkpoint(source, f"run `dvc repro {stage}` or set task.pretrained=null "
+                                             f"(random start) or {hub_example}")
         state = {k[len(prefix):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(prefix)}
     ours = module.state_dict()
     mismatched = [f"{k} {tuple(v.shape)} vs {tuple(ours[k].shape)}" for k, v in state.items()

@@ -52,8 +52,9 @@ def _restore(output: dict, workdir: Path, cache_dir: Path) -> bool:
     if path.is_dir():
         shutil.rmtree(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        shutil.copyfileobj(cached.open("rb"), tmp)
+    with cached.open("rb") as source, tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.",
+                                                                  delete=False) as tmp:
+        shutil.copyfileobj(source, tmp)
     os.replace(tmp.name, path)
     return True
 

@@ -38,6 +38,12 @@ def _describe(hint) -> str:
                        for arm in arms)
 
 
+def check_value(name: str, value, hint) -> None:
+    """One setting against a type annotation (`int`, `float | None`, ...): one line naming it."""
+    if _accepts(hint, value) is False:
+        raise TransformerLabError(f"{name}={value!r}: expected {_describe(hint)}")
+
+
 def check_types(node: DictConfig, where: str) -> None:
     """Every scalar key of `node` against the annotation of the parameter it sets in `node._target_`
     (a dataclass field or an `__init__` argument): `model.n_heads=abc` stops here, not deep inside."""
@@ -54,5 +60,4 @@ def check_types(node: DictConfig, where: str) -> None:
         value = node[key]
         if isinstance(value, DictConfig) or OmegaConf.is_list(value):
             continue
-        if _accepts(hints[key], value) is False:
-            raise TransformerLabError(f"{where}.{key}={value!r}: expected {_describe(hints[key])}")
+        check_value(f"{where}.{key}", value, hints[key])
