@@ -33,8 +33,8 @@ def test_matches_naive_attention_per_head(n_heads):
     mask = torch.ones(3, 7, dtype=torch.bool)
     mask[1, 5:] = False
     mask[2, 2:] = False
-    fused, _ = attn(x, mask)
-    explicit, weights = attn(x, mask, return_weights=True)
+    fused, _ = attn(x, key_padding_mask=mask)
+    explicit, weights = attn(x, key_padding_mask=mask, return_weights=True)
     expected = naive_attention(attn, x, mask)
     real = mask[:, :, None]
     torch.testing.assert_close(fused * real, expected * real, atol=1e-5, rtol=1e-5)
@@ -46,12 +46,12 @@ def test_padded_keys_get_zero_weight_and_do_not_leak():
     attn = MultiHeadSelfAttention(16, 4).eval()
     x = torch.randn(2, 6, 16)
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
-    out, weights = attn(x, mask, return_weights=True)
+    out, weights = attn(x, key_padding_mask=mask, return_weights=True)
     assert torch.all(weights[0, :, :, 4:] == 0)
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 6))
     changed = x.clone()
     changed[0, 4:] = torch.randn(2, 16) * 100  # whatever sits in the padding
-    out_changed, _ = attn(changed, mask)
+    out_changed, _ = attn(changed, key_padding_mask=mask)
     torch.testing.assert_close(out[0, :4], out_changed[0, :4])
 
 
@@ -86,3 +86,16 @@ def test_heads_have_independent_parameters():
 def test_d_model_must_split_into_heads():
     with pytest.raises(ValueError, match="not divisible"):
         MultiHeadSelfAttention(10, 3)
+
+
+def test_options_after_the_input_are_keyword_only():
+    """A positional mask would silently become another option once one is inserted before it."""
+    from transformer_lab.models.blocks import TransformerBlock
+
+    x, mask = torch.randn(1, 4, 16), torch.ones(1, 4, dtype=torch.bool)
+    with pytest.raises(TypeError):
+        MultiHeadSelfAttention(16, 2)(x, mask)
+    with pytest.raises(TypeError):
+        TransformerBlock(16, 2, 32)(x, mask)
+    with pytest.raises(TypeError):  # the block's options after its three sizes, too
+        TransformerBlock(16, 2, 32, 0.0)

@@ -37,7 +37,7 @@ class KVCache:
 
 
 class MultiHeadSelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
@@ -56,6 +56,7 @@ class MultiHeadSelfAttention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
+        *,
         key_padding_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         return_weights: bool = False,
@@ -63,7 +64,8 @@ class MultiHeadSelfAttention(nn.Module):
         cache: KVCache | None = None,
         attn_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (batch, length, d_model); key_padding_mask: (batch, keys), True = real token.
+        """x: (batch, length, d_model); everything else by name, so that a new option cannot
+        shift the callers' arguments. key_padding_mask: (batch, keys), True = real token.
         attn_mask: any other boolean mask broadcastable to (batch, n_heads, length, keys), True =
         may attend (e.g. shifted windows that must not mix wrapped-around regions).
 

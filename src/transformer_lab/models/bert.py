@@ -90,7 +90,7 @@ class BertModel(nn.Module):
         self.config = config
         self.embeddings = BertEmbeddings(config)
         self.blocks = nn.ModuleList(
-            TransformerBlock(config.d_model, config.n_heads, config.d_ff, config.dropout, "gelu",
+            TransformerBlock(config.d_model, config.n_heads, config.d_ff, dropout=config.dropout, activation="gelu",
                              norm_first=False, layer_norm_eps=config.layer_norm_eps)
             for _ in range(config.n_layers)
         )
@@ -105,7 +105,7 @@ class BertModel(nn.Module):
         """
         x = self.embeddings(input_ids, segment_ids)
         for block in self.blocks:
-            x, _ = block(x, attention_mask)
+            x, _ = block(x, key_padding_mask=attention_mask)
         return x, torch.tanh(self.pooler(x[:, 0]))
 
 

@@ -78,6 +78,7 @@ class TransformerBlock(nn.Module):
         d_model: int,
         n_heads: int,
         d_ff: int,
+        *,
         dropout: float = 0.1,
         activation: str = "relu",
         norm_first: bool = False,
@@ -87,7 +88,8 @@ class TransformerBlock(nn.Module):
         moe_top_k: int = 2,
         bias: bool = True,
     ):
-        """ffn: "dense" (one feed-forward) or "moe" (n_experts of them, each token routed to moe_top_k).
+        """The three sizes by position, every option by name (so that adding one shifts no caller).
+        ffn: "dense" (one feed-forward) or "moe" (n_experts of them, each token routed to moe_top_k).
         bias=False drops the additive biases of every linear layer and LayerNorm."""
         super().__init__()
         self.norm_first = norm_first
@@ -105,6 +107,7 @@ class TransformerBlock(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
+        *,
         key_padding_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         return_weights: bool = False,
@@ -112,13 +115,16 @@ class TransformerBlock(nn.Module):
         cache: KVCache | None = None,
         attn_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (batch, length, d_model); the other arguments are MultiHeadSelfAttention's, by name.
+        Returns the new states and the attention weights (None unless return_weights)."""
+        options = dict(key_padding_mask=key_padding_mask, is_causal=is_causal, return_weights=return_weights,
+                       rotary=rotary, cache=cache, attn_mask=attn_mask)
         if self.norm_first:
-            attended, weights = self.attn(self.ln1(x), key_padding_mask, is_causal, return_weights, rotary, cache,
-                                          attn_mask)
+            attended, weights = self.attn(self.ln1(x), **options)
             x = x + self.dropout(attended)
             x = x + self.mlp(self.ln2(x))
         else:
-            attended, weights = self.attn(x, key_padding_mask, is_causal, return_weights, rotary, cache, attn_mask)
+            attended, weights = self.attn(x, **options)
             x = self.ln1(x + self.dropout(attended))
             x = self.ln2(x + self.mlp(x))
         return x, weights

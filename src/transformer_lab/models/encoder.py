@@ -55,9 +55,8 @@ class TransformerEncoder(nn.Module):
         self.rotary = RotaryEmbedding(config.d_model // config.n_heads) if rope else None
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            TransformerBlock(
-                config.d_model, config.n_heads, config.d_ff, config.dropout, config.activation, config.norm_first
-            )
+            TransformerBlock(config.d_model, config.n_heads, config.d_ff, dropout=config.dropout,
+                             activation=config.activation, norm_first=config.norm_first)
             for _ in range(config.n_layers)
         )
         # Pre-norm blocks leave the residual stream un-normalised; close it with a final LayerNorm.
@@ -80,7 +79,7 @@ class TransformerEncoder(nn.Module):
         x = self.dropout(x)
         all_weights = []
         for block in self.blocks:
-            x, weights = block(x, attention_mask, return_weights=return_weights, rotary=self.rotary)
+            x, weights = block(x, key_padding_mask=attention_mask, return_weights=return_weights, rotary=self.rotary)
             if return_weights:
                 all_weights.append(weights)
         return self.final_norm(x), all_weights

@@ -98,9 +98,10 @@ class GPTModel(nn.Module):
         self.rotary = RotaryEmbedding(config.d_model // config.n_heads) if config.position == "rope" else None
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(
-            TransformerBlock(config.d_model, config.n_heads, config.d_ff, config.dropout, config.activation,
-                             norm_first=config.norm_first, layer_norm_eps=config.layer_norm_eps, ffn=config.ffn,
-                             n_experts=config.n_experts, moe_top_k=config.moe_top_k, bias=config.bias)
+            TransformerBlock(config.d_model, config.n_heads, config.d_ff, dropout=config.dropout,
+                             activation=config.activation, norm_first=config.norm_first,
+                             layer_norm_eps=config.layer_norm_eps, ffn=config.ffn, n_experts=config.n_experts,
+                             moe_top_k=config.moe_top_k, bias=config.bias)
             for _ in range(config.n_layers)
         )
         self.final_norm = (nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)

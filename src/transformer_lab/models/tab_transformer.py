@@ -85,7 +85,8 @@ class TabTransformer(nn.Module):
         self.embedding = CategoricalEmbedding(c.cardinalities, c.d_model, c.column_embedding_dim)
         n_blocks = c.n_layers if c.architecture == "transformer" else 0
         self.blocks = nn.ModuleList(
-            TransformerBlock(c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation, c.norm_first)
+            TransformerBlock(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, activation=c.activation,
+                             norm_first=c.norm_first)
             for _ in range(n_blocks))
         self.continuous_norm = nn.LayerNorm(c.n_continuous) if c.n_continuous else nn.Identity()
         width = n_columns * c.d_model + c.n_continuous

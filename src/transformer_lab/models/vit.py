@@ -129,7 +129,7 @@ class WindowBlock(nn.Module):
         super().__init__()
         self.block, self.window, self.shift = block, window, shift
 
-    def forward(self, x: torch.Tensor, return_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, *, return_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         batch, grid, _, d = x.shape
         m, per_side = self.window, grid // self.window
         if self.shift:
@@ -168,8 +168,8 @@ class VisionTransformer(nn.Module):
         self.dropout = nn.Dropout(c.dropout)
 
         def block(width: int, heads: int) -> TransformerBlock:
-            return TransformerBlock(width, heads, width * c.d_ff // c.d_model, c.dropout,
-                                    "gelu", norm_first=True, layer_norm_eps=c.layer_norm_eps)
+            return TransformerBlock(width, heads, width * c.d_ff // c.d_model, dropout=c.dropout,
+                                    activation="gelu", norm_first=True, layer_norm_eps=c.layer_norm_eps)
 
         width = c.d_model
         if c.attention == "global":
@@ -210,7 +210,7 @@ class VisionTransformer(nn.Module):
                 if stage:
                     x = self.merges[stage - 1](x)
                 for block in blocks:
-                    x, weights = block(x, return_weights)
+                    x, weights = block(x, return_weights=return_weights)
                     all_weights.append(weights)
             pooled = self.final_norm(x).flatten(1, 2).mean(dim=1)
         return self.head(pooled), (all_weights if return_weights else [])
