@@ -48,7 +48,7 @@ for strategy in $STRATEGIES; do
         "data.datamodule.batch_size=$BATCH" data.datamodule.max_eval_blocks=32 \
         trainer.max_epochs=1000 "++trainer.max_steps=$STEPS" ++trainer.limit_val_batches=2 \
         trainer.check_val_every_n_epoch=1000 "trainer.log_every_n_steps=$LOG_EVERY" \
-        callbacks.model_checkpoint=null callbacks.rich_progress_bar=null logger.log_pytorch_model=false \
+        callbacks.model_checkpoint=null callbacks.rich_progress_bar=null tracking.log_trained_model=false \
         "hydra.run.dir=$WORK/$strategy" >"$WORK/$strategy.log" 2>&1
     status=$?
     if [ $status -eq 0 ]; then

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 def train(run_dir, prepared, *overrides: str, tracking_uri: str | None = None):
     # the TabTransformer: fixed-size rows and a per-row mean loss, so two half batches average to
     # exactly the full batch's gradient; no dropout (each process draws its own masks)
-    logger = ["logger.log_pytorch_model=false"] if tracking_uri else ["logger=none"]
+    logger = ["tracking.log_trained_model=false"] if tracking_uri else ["logger=none"]
     result = run([PYTHON, ROOT / "pipelines" / "train.py", "experiment=tab_transformer", *logger,
                   "callbacks.rich_progress_bar=null", f"data.prepared_dir={prepared}", "data.datamodule.shuffle=false",
                   "model.dropout=0", "model.mlp_dropout=0", f"hydra.run.dir={run_dir}", *overrides],

@@ -21,7 +21,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from conftest import ROOT
-from transformer_lab.tracking import register_resolvers
+from transformer_lab.utils.resolvers import register_resolvers
 
 register_resolvers()
 SRC = ROOT / "src"

@@ -18,7 +18,6 @@ from transformer_lab.data.tabular import EncodedRows, TabularEncoder, encoded_sp
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.tasks.tabular_classification import score_probabilities
 from transformer_lab.train import hydra_overrides, sweep_parent
-from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
 
 XGBOOST_FILE, ESTIMATOR_FILE = "model.ubj", "model.skops"
@@ -83,7 +82,7 @@ def load(directory: str | Path, stage: str):
 def train_baseline(cfg: DictConfig) -> dict[str, float]:
     """Fit `cfg.baseline` on the prepared table, score validation and test, save the model and
     record everything in an MLflow run of the task's experiment."""
-    tracking.prepare_logger(cfg, hydra_overrides())  # a server that is down stops the run before any data is read
+    tracking.check_tracking(cfg)  # a server that is down stops the run before any data is read
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     encoded, encoder = encoded_splits(cfg.data.prepared_dir, cfg.data.datamodule.get("fold"))
@@ -100,13 +99,13 @@ def train_baseline(cfg: DictConfig) -> dict[str, float]:
     model_path = save(estimator, output_dir)
     metrics_path = output_dir / "metrics.json"
     atomic_write_json(metrics_path, metrics)
-    logger = tracking.find_mlflow_logger(instantiate_collection(cfg.get("logger")))
+    record = tracking.RunRecord(cfg, hydra_overrides(), sweep_parent())  # what train() records, without a Trainer
+    logger = tracking.find_mlflow_logger(tracking.build_loggers(cfg, hydra_overrides()))
+    record.start(logger)
+    record.log_metrics(metrics)
+    log_model = cfg.tracking.log_trained_model
+    record.finish([metrics_path, model_path], estimator=estimator if log_model else None,
+                  flavour="xgboost" if is_xgboost(estimator) else "sklearn")
     if logger:
-        tracking.log_run_context(logger, cfg, hydra_overrides(), sweep_parent())
-        tracking.write_run_reference(output_dir / tracking.RUN_REFERENCE, logger)
-        logger.log_metrics(metrics)
-        tracking.log_artifacts(logger, [metrics_path, model_path])
-        if cfg.get("log_model"):
-            tracking.log_estimator(logger, estimator, "xgboost" if is_xgboost(estimator) else "sklearn")
         logger.finalize("success")
     return metrics

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch.loggers import Logger, MLFlowLogger
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
@@ -72,13 +74,26 @@ def run_name(task_name: str, overrides: list[str]) -> str:
     return name[:250]
 
 
-def prepare_logger(cfg: DictConfig, overrides: list[str]) -> None:
-    """Before a run starts: its MLflow server answers, and its run has a name (unless one was given)."""
-    if not (cfg.get("logger") and cfg.logger.get("mlflow")):
-        return
-    check_tracking_server(cfg.logger.mlflow.tracking_uri)
-    if cfg.logger.mlflow.get("run_name") is None:
-        OmegaConf.update(cfg, "logger.mlflow.run_name", run_name(cfg.task_name, overrides))
+def check_tracking(cfg: DictConfig) -> None:
+    """An MLflow server that is down stops a command before it reads any data."""
+    if cfg.get("logger"):
+        check_tracking_server(cfg.paths.mlflow_tracking_uri)
+
+
+def build_loggers(cfg: DictConfig, overrides: list[str], resume_run_id: str | None = None) -> list[Logger]:
+    """The run's loggers (`logger` group). The MLflow one gets a run name that tells runs apart
+    (unless the config names one), and a resumed run continues its own MLflow run."""
+    loggers = []
+    for name, entry in (cfg.get("logger") or {}).items():
+        if not (isinstance(entry, DictConfig) and "_target_" in entry):
+            continue  # a logger switched off by an override (logger.mlflow=null)
+        extra = {}
+        if name == "mlflow":
+            extra["run_name"] = entry.get("run_name") or run_name(cfg.task_name, overrides)
+            if resume_run_id:
+                extra["run_id"] = resume_run_id
+        loggers.append(instantiate(entry, **extra))
+    return loggers
 
 
 def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
@@ -88,10 +103,6 @@ def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
         return f"{tracking_uri.rstrip('/')}/{page}"
     return f"http://127.0.0.1:5000/{page} after `make ui` ({tracking_uri})"
 
-
-def register_resolvers() -> None:
-    if not OmegaConf.has_resolver("mlflow_artifact_location"):
-        OmegaConf.register_new_resolver("mlflow_artifact_location", default_artifact_location)
 
 
 def find_mlflow_logger(loggers: list[Logger] | Logger | None) -> MLFlowLogger | None:
@@ -200,3 +211,48 @@ def log_estimator(logger: MLFlowLogger, estimator, flavour: str) -> str:
             estimator, name="model", signature=False, pip_requirements=[f"{package}=={version(package)}"])
     logger.experiment.set_tag(logger.run_id, "model_uri", info.model_uri)
     return info.model_uri
+
+
+class RunRecord(Callback):
+    """The MLflow bookkeeping of a training run. At the start: params (the resolved config), tags
+    (git commit, DVC stage, overrides, sweep) and the run reference that later stages log into.
+    At the end: the run's files, best checkpoint and model. A Lightning callback for `train()`;
+    the baselines, which have no Trainer, call `start` and `finish` themselves."""
+
+    def __init__(self, cfg: DictConfig, overrides: list[str], parent_run_id: str | None = None):
+        self.cfg, self.overrides, self.parent_run_id = cfg, overrides, parent_run_id
+        self.logger: MLFlowLogger | None = None
+
+    def start(self, logger: MLFlowLogger | None) -> None:
+        if logger is None or self.logger is not None:
+            return
+        self.logger = logger
+        log_run_context(logger, self.cfg, self.overrides, self.parent_run_id)
+        write_run_reference(Path(self.cfg.paths.output_dir) / RUN_REFERENCE, logger)
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit" and trainer.is_global_zero:  # one process records the run
+            self.start(find_mlflow_logger(trainer.loggers))
+
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        if self.logger:
+            self.logger.log_metrics(metrics)
+
+    def finish(self, files: list[str | Path], checkpoint: str | None = None, model: torch.nn.Module | None = None,
+               estimator=None, flavour: str | None = None) -> None:
+        """files: under the run's artifacts; checkpoint: under checkpoints/; model or estimator: as an MLflow model."""
+        if self.logger is None:
+            return
+        log_artifacts(self.logger, files)
+        if checkpoint:
+            log_artifacts(self.logger, [checkpoint], "checkpoints")
+        if model is not None:
+            log_pytorch_model(self.logger, model)
+        if estimator is not None:
+            log_estimator(self.logger, estimator, flavour)
+
+    @property
+    def link(self) -> str | None:
+        if self.logger is None:
+            return None
+        return run_link(self.logger._tracking_uri, self.logger.experiment_id, self.logger.run_id)

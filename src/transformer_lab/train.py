@@ -18,6 +18,7 @@ from transformer_lab import plots, tracking
 from transformer_lab.callbacks import RandomState
 from transformer_lab.checkpoints import read_checkpoint
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.families import Family, FamilyDataModule, check_combination
 from transformer_lab.hydra_callbacks import sweep_parent_run_id
 from transformer_lab.utils.cli import JOB_DIR_ENV
 from transformer_lab.utils.instantiate import instantiate_collection
@@ -69,21 +70,30 @@ def build_model_config(model: DictConfig, sizes: dict):
         raise
 
 
-def print_summary(cfg: DictConfig, metrics: dict, output_dir: Path, seconds: float, mlflow_logger) -> None:
+def print_summary(cfg: DictConfig, metrics: dict, output_dir: Path, seconds: float, link: str | None) -> None:
     """The end of a run: its key scores, where its files are and where its MLflow run is."""
     optimized = cfg.get("optimized_metric")
     shown = sorted(metrics, key=lambda k: (k != optimized, not k.startswith("test/"), k))[:8]
     print(f"\n{cfg.task_name}: done in {seconds / 60:.1f} min ({seconds:.0f} s)")
     print("  " + "   ".join(f"{k} {metrics[k]:.4g}" for k in shown))
     print(f"  outputs  {output_dir}")
-    if mlflow_logger:
-        link = tracking.run_link(mlflow_logger._tracking_uri, mlflow_logger.experiment_id, mlflow_logger.run_id)
+    if link:
         print(f"  MLflow   {link}")
+
+
+def check_family(cfg: DictConfig) -> Family:
+    """The family this config trains (families.py): model, task and data must belong to one, and
+    the metric it is selected on must be one of its own. One line otherwise, before anything is built."""
+    choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+    family = check_combination(cfg.task._target_, cfg.model._target_, cfg.data.datamodule._target_, choices)
+    family.metric(cfg.optimized_metric)
+    return family
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
     started = time.perf_counter()
-    tracking.prepare_logger(cfg, hydra_overrides())  # a server that is down stops the run before any data is read
+    check_family(cfg)
+    tracking.check_tracking(cfg)  # a server that is down stops the run before any data is read
     for node, where in ((cfg.data.datamodule, "data.datamodule"), (cfg.model, "model"), (cfg.task, "task")):
         check_types(node, where)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -92,6 +102,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.checkpoint_dir)
 
     datamodule = instantiate(cfg.data.datamodule)
+    if not isinstance(datamodule, FamilyDataModule):
+        raise TransformerLabError(f"data.datamodule: {type(datamodule).__name__} lacks model_kwargs()/task_kwargs() "
+                                  "(families.FamilyDataModule)")
     model_config = build_model_config(cfg.model, datamodule.model_kwargs())
     if ckpt_path:
         check_resumable(ckpt_path, model_config.to_dict())
@@ -107,21 +120,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
         # In place: parameter names, checkpoints and the logged model are the same as without it.
         task.model.compile(backend=cfg.compile.backend, mode=cfg.compile.mode)
 
-    previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE)
-    if ckpt_path and previous_run and cfg.get("logger") and "mlflow" in cfg.logger:
-        OmegaConf.update(cfg, "logger.mlflow.run_id", previous_run["run_id"], force_add=True)  # resume continues it
-    loggers = instantiate_collection(cfg.get("logger"))
-    mlflow_logger = tracking.find_mlflow_logger(loggers)
+    previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE) if ckpt_path else None
+    loggers = tracking.build_loggers(cfg, hydra_overrides(), previous_run and previous_run["run_id"])
+    record = tracking.RunRecord(cfg, hydra_overrides(), sweep_parent())
     # RandomState is not optional: without it a resumed run is not the run it continues.
-    callbacks = [*instantiate_collection(cfg.get("callbacks")), RandomState()]
+    callbacks = [*instantiate_collection(cfg.get("callbacks")), RandomState(), record]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
-    # Before fit the trainer does not know its rank yet; Lightning reads it from the launcher's environment.
-    if mlflow_logger and rank_zero_only.rank == 0:
-        tracking.log_run_context(mlflow_logger, cfg, hydra_overrides(), sweep_parent())
-        tracking.write_run_reference(output_dir / tracking.RUN_REFERENCE, mlflow_logger)
-        if coverage is not None:
-            mlflow_logger.log_metrics({"embeddings/word2vec_coverage": coverage})
-    if rank_zero_only.rank == 0:
+    if rank_zero_only.rank == 0:  # before fit the trainer does not know its rank; Lightning reads the launcher's
         n_params = sum(p.numel() for p in task.model.parameters())
         print(f"{cfg.task_name}: {type(task.model).__name__}, {n_params / 1e6:.2f} M parameters, "
               f"{'resuming ' + ckpt_path if ckpt_path else 'from the start'}")
@@ -139,12 +144,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
         atomic_write_json(metrics_path, {**metrics, "epochs": trainer.current_epoch, "steps": trainer.global_step,
                                          "params": sum(p.numel() for p in task.model.parameters())})
         curves = plots.training_curves(output_dir / "history.csv", output_dir / "training_curves.png")
-        if mlflow_logger:
-            tracking.log_artifacts(mlflow_logger, [metrics_path, output_dir / "history.csv", curves])
-            if best:
-                tracking.log_artifacts(mlflow_logger, [best], "checkpoints")
-            if cfg.logger.get("log_pytorch_model"):
-                task.to("cpu")  # `validate` above left the best weights in `task`
-                tracking.log_pytorch_model(mlflow_logger, task.model)
-        print_summary(cfg, metrics, output_dir, time.perf_counter() - started, mlflow_logger)
+        if coverage is not None:
+            record.log_metrics({"embeddings/word2vec_coverage": coverage})
+        log_model = cfg.tracking.log_trained_model and record.logger
+        if log_model:
+            task.to("cpu")  # `validate` above left the best weights in `task`
+        record.finish([metrics_path, output_dir / "history.csv", curves], checkpoint=best or None,
+                      model=task.model if log_model else None)
+        print_summary(cfg, metrics, output_dir, time.perf_counter() - started, record.link)
     return metrics

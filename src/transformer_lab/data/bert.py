@@ -147,11 +147,12 @@ class BertPretrainingDataModule(L.LightningDataModule):
 
     def __init__(self, prepared_dir: str, tokenizer_path: str, max_len: int = 128, mask_probability: float = 0.15,
                  batch_size: int = 32, eval_batch_size: int = 128, seed: int = 0, max_documents: int | None = None,
-                 num_workers: int = 0):
+                 num_workers: int = 0, max_examples: int | None = None):
+        """max_examples: sentence pairs kept per split (None = all; debug=smoke)."""
         super().__init__()
         self.prepared_dir, self.max_len, self.mask_probability = Path(prepared_dir), max_len, mask_probability
         self.batch_size, self.eval_batch_size, self.seed = batch_size, eval_batch_size, seed
-        self.max_documents, self.num_workers = max_documents, num_workers
+        self.max_documents, self.num_workers, self.max_examples = max_documents, num_workers, max_examples
         self.tokenizer = load_tokenizer(tokenizer_path)
         self.specials = special_ids(self.tokenizer)
         self.examples: dict[str, list[dict]] = {}
@@ -180,7 +181,7 @@ class BertPretrainingDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         for split in ("train", "validation"):
             if split not in self.examples:
-                self.examples[split] = self._examples(split)
+                self.examples[split] = self._examples(split)[: self.max_examples]
 
     def train_dataloader(self) -> DataLoader:
         collate = MaskingCollator(self.specials, self.tokenizer.get_vocab_size(), self.mask_probability)

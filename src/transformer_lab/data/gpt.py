@@ -63,16 +63,19 @@ class TokenBlocks(Dataset):
 class LanguageModelDataModule(L.LightningDataModule):
     def __init__(self, tokenizer_dir: str, block_size: int = 128, batch_size: int = 32, eval_batch_size: int = 64,
                  samples_per_epoch: int = 32_000, max_eval_blocks: int | None = None, seed: int = 0,
-                 num_workers: int = 0):
+                 num_workers: int = 0, max_examples: int | None = None):
         """tokenizer_dir: a `train_tokenizers` output folder (tokenizer.json, train.npy, validation.npy).
         samples_per_epoch: random training blocks per epoch (an epoch over a token stream is a
         matter of definition; this fixes the steps per epoch). max_eval_blocks: cap on scored
-        validation blocks (None = all)."""
+        validation blocks (None = all). max_examples: caps both, training blocks per epoch and
+        validation blocks (debug=smoke)."""
         super().__init__()
         self.tokenizer_dir = Path(tokenizer_dir)
         self.tokenizer = load_tokenizer(self.tokenizer_dir / "tokenizer.json")
         self.block_size, self.batch_size, self.eval_batch_size = block_size, batch_size, eval_batch_size
-        self.samples_per_epoch, self.max_eval_blocks = samples_per_epoch, max_eval_blocks
+        self.samples_per_epoch = min(samples_per_epoch, max_examples or samples_per_epoch)
+        self.max_eval_blocks = min(x for x in (max_eval_blocks, max_examples, float("inf")) if x is not None)
+        self.max_eval_blocks = None if self.max_eval_blocks == float("inf") else int(self.max_eval_blocks)
         self.seed, self.num_workers = seed, num_workers
         self.train_set: TokenBlocks | None = None
         self.val_set: TokenBlocks | None = None
@@ -158,7 +161,7 @@ class GPTClassificationDataModule(L.LightningDataModule):
                  batch_size: int = 16, eval_batch_size: int = 64, seed: int = 0, validation_fraction: float = 0.15,
                  test_fraction: float = 0.15, n_choices: int = 4, local_path: str | None = None,
                  columns: dict | None = None, hub_id: str | None = None, hub_config: str | None = None,
-                 prepared_dir: str | None = None, num_workers: int = 0):
+                 prepared_dir: str | None = None, num_workers: int = 0, max_examples: int | None = None):
         super().__init__()
         if format not in FORMATS:
             raise DataError(f"data.datamodule.format={format!r} is not one of {', '.join(FORMATS)}")
@@ -172,6 +175,7 @@ class GPTClassificationDataModule(L.LightningDataModule):
         self.pad_id = ids[END_OF_TEXT]
         self.start_id, self.delimiter_id, self.extract_id = (ids[token] for token in GPT_SPECIAL)
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
+        self.max_examples = max_examples  # examples kept per split (None = all; debug=smoke)
         fractions = (validation_fraction, test_fraction)
         if format == "multiple_choice":
             if source == "next_sentence_choices":
@@ -226,7 +230,7 @@ class GPTClassificationDataModule(L.LightningDataModule):
         for split, examples in self.splits.items():
             if split not in self.features:
                 self.features[split] = [{"sequences": self.encode(e), "label": label_id[e["label"]]}
-                                        for e in examples if e["label"] in label_id]
+                                        for e in examples[: self.max_examples] if e["label"] in label_id]
 
     def collate(self, items: list[dict]) -> dict:
         """input_ids (batch, n_sequences, length); last: the extract token's index; lm_labels: the

@@ -183,13 +183,14 @@ class ImageSet(Dataset):
 
 class ImageDataModule(L.LightningDataModule):
     def __init__(self, prepared_dir: str, batch_size: int = 64, eval_batch_size: int = 256, crop_padding: int = 0,
-                 horizontal_flip: bool = False, num_workers: int = 0):
+                 horizontal_flip: bool = False, num_workers: int = 0, max_examples: int | None = None):
         """crop_padding: random-crop augmentation (pixels of padding, 0 = off); horizontal_flip:
-        for natural images such as CIFAR-10 only (a flipped digit is another glyph)."""
+        for natural images such as CIFAR-10 only (a flipped digit is another glyph). max_examples:
+        images kept per split (None = all; debug=smoke)."""
         super().__init__()
         self.prepared_dir = Path(prepared_dir)
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
-        self.crop_padding, self.horizontal_flip = crop_padding, horizontal_flip
+        self.crop_padding, self.horizontal_flip, self.max_examples = crop_padding, horizontal_flip, max_examples
         for name in ("classes.json", "stats.json"):
             if not (self.prepared_dir / name).is_file():
                 raise DataError(f"{self.prepared_dir / name}: not found; run `dvc repro prepare_images`")
@@ -214,6 +215,7 @@ class ImageDataModule(L.LightningDataModule):
         for split in SPLITS:
             if split not in self.sets:
                 images, labels = read_split(self.prepared_dir, split)
+                images, labels = images[: self.max_examples], labels[: self.max_examples]
                 augment = split == "train"
                 self.sets[split] = ImageSet(images, labels, self.stats["mean"], self.stats["std"],
                                             self.crop_padding if augment else 0, self.horizontal_flip and augment)

@@ -226,6 +226,9 @@ class EncodedRows:
     continuous: np.ndarray  # (rows, continuous columns + missing indicators) float32
     labels: np.ndarray  # (rows,) int64
 
+    def head(self, n: int) -> EncodedRows:
+        return EncodedRows(self.categorical[:n], self.continuous[:n], self.labels[:n])
+
 
 @dataclass
 class TabularEncoder:
@@ -339,10 +342,11 @@ class TabularRows(Dataset):
 
 class TabularDataModule(L.LightningDataModule):
     def __init__(self, prepared_dir: str, batch_size: int = 64, eval_batch_size: int = 512, fold: int | None = None,
-                 num_workers: int = 0, shuffle: bool = True):
+                 num_workers: int = 0, shuffle: bool = True, max_examples: int | None = None):
         """fold: None = the prepared train/validation/test split; k = cross-validation fold k held out
         as the test rows (see `fold_rows`; the encoder is then refitted on that fold's training rows).
-        shuffle=False keeps the training rows in order (comparing one process with several)."""
+        shuffle=False keeps the training rows in order (comparing one process with several).
+        max_examples: rows kept per split (None = all; debug=smoke)."""
         super().__init__()
         self.save_hyperparameters()
         self.sets: dict[str, TabularRows] = {}
@@ -352,7 +356,8 @@ class TabularDataModule(L.LightningDataModule):
         if self.sets:
             return
         encoded, self.encoder = encoded_splits(self.hparams.prepared_dir, self.hparams.fold)
-        self.sets = {name: TabularRows(rows) for name, rows in encoded.items()}
+        cap = self.hparams.max_examples
+        self.sets = {name: TabularRows(rows if cap is None else rows.head(cap)) for name, rows in encoded.items()}
 
     def model_kwargs(self) -> dict:
         self.setup()

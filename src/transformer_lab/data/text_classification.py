@@ -143,12 +143,13 @@ class TextClassificationDataModule(L.LightningDataModule):
                  head_tokens: int = 128, batch_size: int = 32, eval_batch_size: int = 128, seed: int = 0,
                  validation_fraction: float = 0.15, test_fraction: float = 0.15, local_path: str | None = None,
                  columns: dict | None = None, hub_id: str | None = None, hub_config: str | None = None,
-                 prepared_dir: str | None = None, num_workers: int = 0):
+                 prepared_dir: str | None = None, num_workers: int = 0, max_examples: int | None = None):
         super().__init__()
         self.tokenizer = load_tokenizer(tokenizer_path)
         self.specials = special_ids(self.tokenizer)
         self.max_len, self.truncation, self.head_tokens = max_len, truncation, head_tokens
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
+        self.max_examples = max_examples  # examples kept per split (None = all; debug=smoke)
         self.splits = load_examples(source, seed=seed, fractions=(validation_fraction, test_fraction),
                                     local_path=local_path, columns=columns, hub_id=hub_id, hub_config=hub_config,
                                     prepared_dir=prepared_dir)
@@ -177,7 +178,7 @@ class TextClassificationDataModule(L.LightningDataModule):
             if split not in self.features:
                 # A label unseen in training cannot be predicted; such examples are left out of scoring.
                 self.features[split] = [{**self.encode(e["text_a"], e["text_b"]), "label": label_id[e["label"]]}
-                                        for e in self.splits[split] if e["label"] in label_id]
+                                        for e in self.splits[split][: self.max_examples] if e["label"] in label_id]
 
     def collate(self, items: list[dict]) -> dict:
         batch = pad_batch(items, self.specials["pad"])

@@ -114,16 +114,17 @@ class Word2VecExamples(IterableDataset):
 class Word2VecDataModule(L.LightningDataModule):
     def __init__(self, prepared_dir: str, min_count: int = 5, sample: float = 1e-3, window: int = 5,
                  batch_size: int = 32768, seed: int = 0,
-                 max_documents: int | None = None):
+                 max_documents: int | None = None, max_examples: int | None = None):
+        """max_examples: sentences kept per split (None = all; debug=smoke)."""
         super().__init__()
         self.prepared_dir, self.min_count, self.sample, self.window = Path(prepared_dir), min_count, sample, window
-        self.batch_size, self.seed, self.max_documents = batch_size, seed, max_documents
+        self.batch_size, self.seed, self.max_documents, self.max_examples = batch_size, seed, max_documents, max_examples
         self.train_sentences = self._sentences("train")
         self.words, self.counts = build_vocabulary(self.train_sentences, min_count)
 
     def _sentences(self, split: str) -> list[list[str]]:
         documents = read_documents(self.prepared_dir, split)[: self.max_documents]
-        return [word_tokens(s) for doc in documents for s in doc]
+        return [word_tokens(s) for doc in documents for s in doc][: self.max_examples]
 
     def model_kwargs(self) -> dict:
         return {"vocab_size": len(self.words)}

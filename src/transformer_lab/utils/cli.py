@@ -14,7 +14,7 @@ import yaml
 from omegaconf.errors import MissingMandatoryValue
 
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.tracking import register_resolvers
+from transformer_lab.utils.resolvers import register_resolvers
 
 register_resolvers()  # before Hydra composes any config that uses them
 

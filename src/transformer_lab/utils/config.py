@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, open_dict
 
-from transformer_lab.tracking import register_resolvers
+from transformer_lab.utils.resolvers import register_resolvers
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,0 +1,132 @@
+"""The model families, each declared once: what trains it, on what data, what it is selected on and
+where it sits in the pipeline.
+
+`train()` and the evaluators look a family up here instead of knowing any of them; a `model=` /
+`task=` / `data=` combination that no family declares is one error before anything is built.
+Classes are named by import path, so reading the registry imports no model code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from transformer_lab.errors import TransformerLabError
+
+Mode = Literal["min", "max"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    mode: Mode  # whether a better model has a lower (loss, perplexity) or higher (accuracy, F1) value
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str                     # the conf/task/ file that selects it
+    model: str                    # the nn.Module the task trains
+    config: str                   # its config class: the `_target_` of conf/model/<...>.yaml
+    task: str                     # the LightningModule: the `_target_` of conf/task/<name>.yaml
+    datamodule: str               # the LightningDataModule: the `_target_` of conf/data/<...>.yaml datamodule
+    metrics: tuple[Metric, ...]   # what a run may be selected on (optimized_metric); the first is the default
+    stages: tuple[str, ...]       # its DVC stages (dvc.yaml)
+    evaluator: str | None = None  # the function a pipelines/evaluate*.py stage calls, if it has one
+
+    def metric(self, name: str) -> Metric:
+        for metric in self.metrics:
+            if metric.name == name:
+                return metric
+        choices = ", ".join(f"{m.name} ({m.mode})" for m in self.metrics)
+        raise TransformerLabError(f"optimized_metric={name}: not a metric of {self.name}; choose one of {choices}")
+
+
+@runtime_checkable
+class FamilyDataModule(Protocol):
+    """What every datamodule provides besides Lightning's loaders: what only the data knows."""
+
+    def model_kwargs(self) -> dict:
+        """The model config's sizes that come from the data (vocabulary size, label counts, image size)."""
+
+    def task_kwargs(self) -> dict:
+        """What the task keeps in its checkpoint to read raw inputs later (label names, vocabulary)."""
+
+
+def _metrics(*pairs: str) -> tuple[Metric, ...]:
+    return tuple(Metric(*pair.split(":")) for pair in pairs)
+
+
+M, T, D = "transformer_lab.models.", "transformer_lab.tasks.", "transformer_lab.data."
+CLASSIFICATION = _metrics("val/acc:max", "val/macro_f1:max", "val/loss:min")
+SLOTS = _metrics("val/slot_f1:max", "val/intent_acc:max", "val/sentence_acc:max", "val/loss:min")
+
+FAMILIES: dict[str, Family] = {f.name: f for f in [
+    Family("joint_intent_slot", M + "encoder.JointIntentSlotModel", M + "encoder.JointIntentSlotConfig",
+           T + "joint_intent_slot.JointIntentSlotTask", D + "atis.AtisDataModule", SLOTS,
+           ("prepare_atis", "train_atis", "evaluate_atis"), "transformer_lab.evaluation.atis.evaluate"),
+    Family("word2vec", M + "word2vec.Word2Vec", M + "word2vec.Word2VecConfig", T + "word2vec.Word2VecTask",
+           D + "word2vec.Word2VecDataModule", _metrics("val/loss:min"),
+           ("prepare_corpus", "pretrain_word2vec", "evaluate_word2vec"), "transformer_lab.evaluation.word2vec.evaluate"),
+    Family("bert_pretraining", M + "bert.BertForPreTraining", M + "bert.BertConfig",
+           T + "bert_pretraining.BertPretrainingTask", D + "bert.BertPretrainingDataModule",
+           _metrics("val/loss:min", "val/mlm_loss:min", "val/mlm_acc:max", "val/nsp_acc:max"),
+           ("prepare_corpus", "train_tokenizers", "pretrain_bert")),
+    Family("sequence_classification", M + "bert.BertForSequenceClassification", M + "bert.BertClassifierConfig",
+           T + "sequence_classification.SequenceClassificationTask",
+           D + "text_classification.TextClassificationDataModule", CLASSIFICATION,
+           ("finetune_sentiment", "finetune_pairs")),
+    Family("bert_joint_intent_slot", M + "bert.BertForJointIntentSlot", M + "bert.BertJointConfig",
+           T + "bert_joint_intent_slot.BertJointIntentSlotTask", D + "atis_bert.AtisBertDataModule", SLOTS,
+           ("finetune_atis",)),
+    Family("question_answering", M + "bert.BertForQuestionAnswering", M + "bert.BertConfig",
+           T + "question_answering.QuestionAnsweringTask", D + "qa.QADataModule",
+           _metrics("val/f1:max", "val/exact_match:max", "val/loss:min"), ("finetune_qa",)),
+    Family("gpt_pretraining", M + "gpt.GPTLMHeadModel", M + "gpt.GPTConfig", T + "gpt.GPTPretrainingTask",
+           D + "gpt.LanguageModelDataModule", _metrics("val/loss:min", "val/perplexity:min"),
+           ("prepare_corpus", "train_tokenizers", "pretrain_gpt", "generate_gpt"),
+           "transformer_lab.generate.generate"),
+    Family("gpt_classification", M + "gpt.GPTForSequenceClassification", M + "gpt.GPTClassifierConfig",
+           T + "gpt.GPTClassificationTask", D + "gpt.GPTClassificationDataModule", CLASSIFICATION,
+           ("finetune_gpt_sentiment",)),
+    Family("image_classification", M + "vit.VisionTransformer", M + "vit.ViTConfig",
+           T + "image_classification.ImageClassificationTask", D + "images.ImageDataModule", CLASSIFICATION,
+           ("prepare_images", "train_vit", "evaluate_vit"), "transformer_lab.evaluation.vit.evaluate"),
+    Family("tabular_classification", M + "tab_transformer.TabTransformer", M + "tab_transformer.TabTransformerConfig",
+           T + "tabular_classification.TabularClassificationTask", D + "tabular.TabularDataModule",
+           _metrics("val/loss:min", "val/auroc:max", "val/acc:max", "val/f1:max"),
+           ("prepare_tabular", "train_tabular", "train_xgboost", "train_logreg", "evaluate_tabular"),
+           "transformer_lab.evaluation.tabular.evaluate"),
+]}
+
+
+def family_of_task(task_target: str) -> Family:
+    for family in FAMILIES.values():
+        if family.task == task_target:
+            return family
+    raise TransformerLabError(f"task._target_={task_target}: no family trains it (families.py lists "
+                              f"{', '.join(f.task.rsplit('.', 1)[1] for f in FAMILIES.values())})")
+
+
+def check_combination(task_target: str, model_target: str, datamodule_target: str, choices: dict) -> Family:
+    """The family a config trains, or one line naming the part that does not belong to it.
+
+    choices: the config groups' chosen options (Hydra's runtime choices), to name files, not classes."""
+    family = family_of_task(task_target)
+    for group, target, expected in (("model", model_target, family.config), ("data", datamodule_target,
+                                                                              family.datamodule)):
+        if target != expected:
+            raise TransformerLabError(
+                f"{group}={choices.get(group, '?')} ({target.rsplit('.', 1)[1]}) does not fit "
+                f"task={choices.get('task', family.name)}: it trains {expected.rsplit('.', 1)[1]}; "
+                f"pick an experiment (experiment=NAME) or a matching {group}=")
+    return family
+
+
+def metric_mode(name: str) -> Mode:
+    """The mode of a metric any family declares: what the checkpoint callback's `mode` reads
+    (`${metric_mode:${optimized_metric}}`), so that metric and mode cannot disagree."""
+    modes = {m.mode for family in FAMILIES.values() for m in family.metrics if m.name == name}
+    if len(modes) != 1:
+        known = sorted({m.name for family in FAMILIES.values() for m in family.metrics})
+        raise TransformerLabError(f"optimized_metric={name}: no family declares it; known: {', '.join(known)}")
+    return modes.pop()
