@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformer_lab.data.atis import prepare_atis, read_seq_in_dir
     from transformer_lab.errors import TransformerLabError
-    from transformer_lab.evaluation import score_predictions
+    from transformer_lab.evaluation.atis import score_predictions
     from transformer_lab.train import train
     from transformer_lab.utils.config import compose_config
     from transformer_lab.utils.io import atomic_write_json

@@ -6,7 +6,7 @@ import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from transformer_lab.evaluate import evaluate  # noqa: E402
+from transformer_lab.evaluation.atis import evaluate  # noqa: E402
 from transformer_lab.utils.cli import pipeline, run  # noqa: E402
 
 

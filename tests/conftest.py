@@ -26,6 +26,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end tests first: a worker that is free takes queued tests from the other
+    (--dist worksteal), so the longest run must not be the last one started."""
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, "test_dvc" not in item.nodeid))
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One thread per worker and per process a test starts: two workers on two cores, not four threads.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_tracking(tmp_path, monkeypatch):
     """No test writes into the project's own MLflow store or outputs."""

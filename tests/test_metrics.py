@@ -3,7 +3,7 @@ import random
 import pytest
 import seqeval.metrics
 
-from transformer_lab.evaluation import per_slot_f1, score_predictions
+from transformer_lab.evaluation.atis import per_slot_f1, score_predictions
 from transformer_lab.metrics import SlotF1, extract_chunks
 
 

@@ -24,6 +24,7 @@ from conftest import ROOT
 from transformer_lab.utils.resolvers import register_resolvers
 
 register_resolvers()
+import transformer_lab.families  # noqa: E402,F401  (metric_mode, as training registers it)
 SRC = ROOT / "src"
 CONF = ROOT / "conf"
 

@@ -154,7 +154,7 @@ class _FailingServer(BaseHTTPRequestHandler):
 def test_evaluation_tells_a_missing_run_from_a_failing_server(tmp_path, monkeypatch):
     from mlflow import MlflowClient
 
-    from transformer_lab.evaluate import mlflow_run_for
+    from transformer_lab.evaluation import mlflow_run_for
 
     cfg = compose_config("evaluate", [], tmp_path)
     client, run_id = mlflow_run_for(cfg, {"run_id": "0" * 32})  # a run that is gone: a new one

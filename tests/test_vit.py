@@ -45,14 +45,15 @@ def test_position_embeddings_are_what_tells_shuffled_patches_apart(pool):
     shuffled = images.clone()
     shuffled[..., :2, :2], shuffled[..., 6:, 6:] = images[..., 6:, 6:], images[..., :2, :2]
     with torch.no_grad():
-        assert not torch.allclose(model(images)[0], model(shuffled)[0], atol=1e-4)
+        assert not torch.allclose(model(images).logits, model(shuffled).logits, atol=1e-4)
         model.position.zero_()  # without positions the patches are a set
-        torch.testing.assert_close(model(images)[0], model(shuffled)[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(model(images).logits, model(shuffled).logits, atol=1e-5, rtol=0)
 
 
 def test_cls_attention_weights_cover_the_patches():
     model = tiny_vit()
-    logits, weights = model(torch.randn(3, 1, 8, 8), return_weights=True)
+    out = model(torch.randn(3, 1, 8, 8), return_weights=True)
+    logits, weights = out.logits, out.attentions
     assert logits.shape == (3, 10) and len(weights) == 2 and weights[-1].shape == (3, 4, 17, 17)
     torch.testing.assert_close(weights[-1].sum(-1), torch.ones(3, 4, 17))
 
@@ -99,7 +100,7 @@ def test_shifted_windows_keep_wrapped_regions_apart():
 
 def test_swin_variant_merges_patches_and_trains():
     model = tiny_vit(attention="window", window_size=2, stage_depths=[2, 2]).train()
-    logits, _ = model(torch.randn(4, 1, 8, 8))
+    logits = model(torch.randn(4, 1, 8, 8)).logits
     assert logits.shape == (4, 10)
     logits.sum().backward()
     assert model.merges[0].reduction.weight.grad is not None
@@ -182,7 +183,7 @@ def test_bad_image_folder_is_one_line_and_exit_2(tmp_path):
 
 # ------------------------------------------------------------------ training and evaluation
 def test_tiny_vit_trains_and_evaluates_with_figures(prepared_digits, tmp_path):
-    from transformer_lab.evaluate import evaluate_vit
+    from transformer_lab.evaluation.vit import evaluate as evaluate_vit
     from transformer_lab.train import train
 
     overrides = ["experiment=vit", "logger=none", f"data.prepared_dir={prepared_digits}", "trainer.max_epochs=8",

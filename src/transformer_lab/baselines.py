@@ -17,7 +17,6 @@ from transformer_lab import tracking
 from transformer_lab.data.tabular import EncodedRows, TabularEncoder, encoded_splits
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.tasks.tabular_classification import score_probabilities
-from transformer_lab.train import hydra_overrides, sweep_parent
 from transformer_lab.utils.io import atomic_write_json
 
 XGBOOST_FILE, ESTIMATOR_FILE = "model.ubj", "model.skops"
@@ -99,8 +98,8 @@ def train_baseline(cfg: DictConfig) -> dict[str, float]:
     model_path = save(estimator, output_dir)
     metrics_path = output_dir / "metrics.json"
     atomic_write_json(metrics_path, metrics)
-    record = tracking.RunRecord(cfg, hydra_overrides(), sweep_parent())  # what train() records, without a Trainer
-    logger = tracking.find_mlflow_logger(tracking.build_loggers(cfg, hydra_overrides()))
+    record = tracking.RunRecord(cfg)  # what train() records, without a Trainer
+    logger = tracking.find_mlflow_logger(tracking.build_loggers(cfg))
     record.start(logger)
     record.log_metrics(metrics)
     log_model = cfg.tracking.log_trained_model

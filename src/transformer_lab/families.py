@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.utils.resolvers import register_resolver
 
 Mode = Literal["min", "max"]
 
@@ -130,3 +131,7 @@ def metric_mode(name: str) -> Mode:
         known = sorted({m.name for family in FAMILIES.values() for m in family.metrics})
         raise TransformerLabError(f"optimized_metric={name}: no family declares it; known: {', '.join(known)}")
     return modes.pop()
+
+
+# conf/callbacks/default.yaml: `mode: ${metric_mode:${optimized_metric}}`
+register_resolver("metric_mode", metric_mode)

@@ -13,7 +13,7 @@ from transformer_lab import tracking
 from transformer_lab.checkpoints import load_task
 from transformer_lab.data.tokenizers import END_OF_TEXT, load_tokenizer
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.evaluate import check_tracking, mlflow_run_for
+from transformer_lab.evaluation import log_into_training_run
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
 from transformer_lab.utils.validate import check_value
 
@@ -46,7 +46,7 @@ def generate(cfg: DictConfig) -> dict:
 
     check_settings(cfg)
     if cfg.get("output"):  # samples are logged only when written
-        check_tracking(cfg)
+        tracking.check_tracking(cfg)
     task = load_task(cfg.checkpoint, GPTPretrainingTask, "pretrain_gpt")
     model = task.model.eval()
     tokenizer = load_tokenizer(cfg.tokenizer_path)
@@ -77,8 +77,5 @@ def generate(cfg: DictConfig) -> dict:
         atomic_write_json(output, result)
         text_path = output.with_suffix(".txt")
         atomic_write_text(text_path, "".join(f"--- sample {i} ---\n{cfg.prompt}{s}\n" for i, s in enumerate(samples)))
-        if cfg.get("logger"):
-            client, run_id = mlflow_run_for(cfg, tracking.read_run_reference(cfg.run_reference))
-            for path in (output, text_path):
-                client.log_artifact(run_id, str(path), "samples")
+        log_into_training_run(cfg, {}, [output, text_path], artifact_path="samples")
     return result

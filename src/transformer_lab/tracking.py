@@ -14,11 +14,14 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch.loggers import Logger, MLFlowLogger
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.hydra_callbacks import sweep_parent_run_id
 from transformer_lab.utils.io import atomic_write_json
 
 RUN_REFERENCE = "mlflow_run.json"
@@ -74,13 +77,24 @@ def run_name(task_name: str, overrides: list[str]) -> str:
     return name[:250]
 
 
+def hydra_overrides() -> list[str]:
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def sweep_parent() -> str | None:
+    """In a multirun, the MLflow run of the whole sweep (see hydra_callbacks.MLflowSweepParent)."""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return sweep_parent_run_id(HydraConfig.get().sweep.dir)
+
+
 def check_tracking(cfg: DictConfig) -> None:
     """An MLflow server that is down stops a command before it reads any data."""
     if cfg.get("logger"):
         check_tracking_server(cfg.paths.mlflow_tracking_uri)
 
 
-def build_loggers(cfg: DictConfig, overrides: list[str], resume_run_id: str | None = None) -> list[Logger]:
+def build_loggers(cfg: DictConfig, resume_run_id: str | None = None) -> list[Logger]:
     """The run's loggers (`logger` group). The MLflow one gets a run name that tells runs apart
     (unless the config names one), and a resumed run continues its own MLflow run."""
     loggers = []
@@ -89,7 +103,7 @@ def build_loggers(cfg: DictConfig, overrides: list[str], resume_run_id: str | No
             continue  # a logger switched off by an override (logger.mlflow=null)
         extra = {}
         if name == "mlflow":
-            extra["run_name"] = entry.get("run_name") or run_name(cfg.task_name, overrides)
+            extra["run_name"] = entry.get("run_name") or run_name(cfg.task_name, hydra_overrides())
             if resume_run_id:
                 extra["run_id"] = resume_run_id
         loggers.append(instantiate(entry, **extra))
@@ -219,8 +233,8 @@ class RunRecord(Callback):
     At the end: the run's files, best checkpoint and model. A Lightning callback for `train()`;
     the baselines, which have no Trainer, call `start` and `finish` themselves."""
 
-    def __init__(self, cfg: DictConfig, overrides: list[str], parent_run_id: str | None = None):
-        self.cfg, self.overrides, self.parent_run_id = cfg, overrides, parent_run_id
+    def __init__(self, cfg: DictConfig):
+        self.cfg, self.overrides, self.parent_run_id = cfg, hydra_overrides(), sweep_parent()
         self.logger: MLFlowLogger | None = None
 
     def start(self, logger: MLFlowLogger | None) -> None:

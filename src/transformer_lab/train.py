@@ -8,7 +8,6 @@ from pathlib import Path
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
@@ -19,7 +18,6 @@ from transformer_lab.callbacks import RandomState
 from transformer_lab.checkpoints import read_checkpoint
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.families import Family, FamilyDataModule, check_combination
-from transformer_lab.hydra_callbacks import sweep_parent_run_id
 from transformer_lab.utils.cli import JOB_DIR_ENV
 from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
@@ -34,17 +32,6 @@ def resolve_checkpoint(ckpt_path: str | None, checkpoint_dir: str) -> str | None
         raise TransformerLabError(f"ckpt_path={ckpt_path}: no checkpoint at {path} "
                                   "(resume with the run's directory: hydra.run.dir=DIR ckpt_path=last)")
     return str(path)
-
-
-def hydra_overrides() -> list[str]:
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def sweep_parent() -> str | None:
-    """In a multirun, the MLflow run of the whole sweep (see hydra_callbacks.MLflowSweepParent)."""
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
-        return None
-    return sweep_parent_run_id(HydraConfig.get().sweep.dir)
 
 
 def check_resumable(ckpt_path: str, model_config: dict) -> None:
@@ -121,8 +108,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         task.model.compile(backend=cfg.compile.backend, mode=cfg.compile.mode)
 
     previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE) if ckpt_path else None
-    loggers = tracking.build_loggers(cfg, hydra_overrides(), previous_run and previous_run["run_id"])
-    record = tracking.RunRecord(cfg, hydra_overrides(), sweep_parent())
+    loggers = tracking.build_loggers(cfg, previous_run and previous_run["run_id"])
+    record = tracking.RunRecord(cfg)
     # RandomState is not optional: without it a resumed run is not the run it continues.
     callbacks = [*instantiate_collection(cfg.get("callbacks")), RandomState(), record]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)

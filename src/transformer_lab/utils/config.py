@@ -18,6 +18,8 @@ def compose_config(config_name: str, overrides: list[str], output_dir: str | Pat
                    config_dir: str | Path | None = None) -> DictConfig:
     """The same config `python pipelines/<config_name>.py overrides...` would build, writing into output_dir."""
     register_resolvers()
+    import transformer_lab.families  # noqa: F401  (registers metric_mode for the training configs)
+
     os.environ.setdefault("PROJECT_ROOT", str(PROJECT_ROOT))
     config_dir = Path(config_dir or Path(os.environ["PROJECT_ROOT"]) / "conf").resolve()
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from transformer_lab.families import metric_mode
 from transformer_lab.tracking import default_artifact_location
 
-RESOLVERS = {
-    "mlflow_artifact_location": default_artifact_location,  # conf/logger/mlflow.yaml
-    "metric_mode": metric_mode,  # conf/callbacks/default.yaml: the checkpoint keeps the best by the metric's own mode
-}
+
+def register_resolver(name: str, resolver) -> None:
+    if not OmegaConf.has_resolver(name):
+        OmegaConf.register_new_resolver(name, resolver)
 
 
 def register_resolvers() -> None:
-    for name, resolver in RESOLVERS.items():
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, resolver)
+    """What every entry point's configs use. `metric_mode` (conf/callbacks/) is registered by
+    families.py, which training imports: data stages then do not depend on the family registry."""
+    register_resolver("mlflow_artifact_location", default_artifact_location)  # conf/logger/mlflow.yaml

@@ -1,0 +1,61 @@
+"""Tabular evaluation: every trained tabular model (TabTransformer, MLP, XGBoost, logistic regression)
+scored on the same prepared split with the same metrics, as a comparison table and a bar chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from transformer_lab import baselines, plots, tracking
+from transformer_lab.checkpoints import load_task
+from transformer_lab.data.tabular import fold_rows, read_prepared
+from transformer_lab.evaluation import log_into_training_run, mlflow_run_for, write_csv
+from transformer_lab.tasks.tabular_classification import TabularClassificationTask, score_probabilities
+from transformer_lab.utils.io import atomic_write_json
+
+
+def evaluate(cfg: DictConfig) -> dict:
+    """Every trained tabular model (TabTransformer, MLP, XGBoost, logistic regression) scored on the
+    same prepared split with the same metrics: a comparison table (JSON + CSV) and a bar chart,
+    each model's scores logged into its own run, the comparison into a run of its own."""
+    tracking.check_tracking(cfg)
+    torch.manual_seed(cfg.seed)
+    output_dir = Path(cfg.paths.output_dir)
+    table, schema, encoder = read_prepared(cfg.data.prepared_dir)
+    rows = encoder.transform(fold_rows(table, None)[cfg.split])
+    labels = torch.from_numpy(rows.labels)
+    comparison = []
+    for name, directory in cfg.models.items():
+        stage = f"train_tabular@{name}" if name.startswith("tab_") else f"train_{name}"
+        checkpoint = Path(directory, "checkpoints", "best.ckpt")
+        if checkpoint.is_file():
+            task = load_task(checkpoint, TabularClassificationTask, stage)
+            probabilities = task.predict_probabilities(torch.from_numpy(rows.categorical),
+                                                       torch.from_numpy(rows.continuous))
+        else:
+            probabilities = torch.from_numpy(
+                baselines.predict_probabilities(baselines.load(directory, stage), encoder, rows)).float()
+        comparison.append({"model": name, **score_probabilities(probabilities, labels)})
+
+    metric_names = ["auroc", "acc", "f1"]
+    metrics = {r["model"]: {f"{cfg.split}/{m}": r[m] for m in metric_names} for r in comparison}
+    metrics_path = output_dir / "comparison.json"
+    atomic_write_json(metrics_path, metrics)
+    write_csv(output_dir / "comparison.csv", comparison)
+    figure = plots.model_comparison(comparison, metric_names, output_dir / "comparison.png",
+                                    f"{schema.name}: {cfg.split} split, {len(labels)} rows")
+    if cfg.get("logger"):
+        for name, directory in cfg.models.items():  # each model's scores into its own training run
+            reference = tracking.read_run_reference(Path(directory, tracking.RUN_REFERENCE))
+            if reference:
+                log_into_training_run(cfg, {f"eval/{k}": v for k, v in metrics[name].items()}, [], run_reference=reference)
+        client, run_id = mlflow_run_for(cfg, None, run_name="comparison")  # the comparison: a run of its own
+        for name, scores in metrics.items():
+            for key, value in scores.items():
+                client.log_metric(run_id, f"{name}/{key}", float(value))
+        for path in (metrics_path, output_dir / "comparison.csv", figure):
+            client.log_artifact(run_id, str(path))
+        client.set_terminated(run_id)
+    return metrics
