@@ -156,7 +156,7 @@ def test_evaluation_tells_a_missing_run_from_a_failing_server(tmp_path, monkeypa
 
     from transformer_lab.evaluation import mlflow_run_for
 
-    cfg = compose_config("evaluate", [], tmp_path)
+    cfg = compose_config("evaluate_atis", [], tmp_path)
     client, run_id = mlflow_run_for(cfg, {"run_id": "0" * 32})  # a run that is gone: a new one
     assert client.get_run(run_id).info.run_name == "evaluate"
 
@@ -169,7 +169,7 @@ def test_evaluation_tells_a_missing_run_from_a_failing_server(tmp_path, monkeypa
     monkeypatch.setattr(_FailingServer, "log_message", lambda self, fmt, *args: requests.append(args[0]))
     try:
         with pytest.raises(TransformerLabError, match=f"MLflow {uri}: cannot read run"):
-            mlflow_run_for(compose_config("evaluate", [], tmp_path), {"run_id": "0" * 32})
+            mlflow_run_for(compose_config("evaluate_atis", [], tmp_path), {"run_id": "0" * 32})
     finally:
         server.shutdown()
     assert not [r for r in requests if "runs/create" in r]  # no second run for the same training

@@ -1,4 +1,4 @@
-"""Evaluate a checkpoint on a prepared split: `python pipelines/evaluate.py [checkpoint=PATH] [split=test]`."""
+"""Evaluate a checkpoint on a prepared split: `python pipelines/evaluate_atis.py [checkpoint=PATH] [split=test]`."""
 
 
 import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
@@ -10,7 +10,7 @@ from transformer_lab.evaluation.atis import evaluate  # noqa: E402
 from transformer_lab.utils.cli import pipeline, run  # noqa: E402
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate_atis")
 @pipeline
 def main(cfg: DictConfig) -> None:
     metrics = evaluate(cfg)
