@@ -287,7 +287,7 @@ def small_sample_estimates(task, tokens, repeats: int = 100, batches: int = 20, 
             starts = torch.randint(len(tokens) - block, (batches * size,), generator=generator)
             inputs = torch.stack([tokens[s:s + block] for s in starts])
             targets = torch.stack([tokens[s + 1:s + block + 1] for s in starts])
-            estimates.append(F.cross_entropy(task(inputs).flatten(0, 1), targets.flatten()).item())
+            estimates.append(F.cross_entropy(task(inputs).logits.flatten(0, 1), targets.flatten()).item())
     return {"repeats": repeats, "batches": batches, "batch_size": size,
             "mean": round(statistics.fmean(estimates), 4), "sd": round(statistics.stdev(estimates), 4),
             "min": round(min(estimates), 4), "max": round(max(estimates), 4)}

@@ -34,7 +34,7 @@ largest absolute difference of the next-token logits (`gpt_max_abs_diff`, `gpt_p
 
 Throughput: as for BERT (same --repeat, --steps, --warmup, --batch-size, --seq-len, turns
 and medians), with the next-token cross-entropy over every position that has a next token as
-the loss, computed the same way for both from the full logits (ours: `model(ids)`; Hugging
+the loss, computed the same way for both from the full logits (ours: `model(ids).logits`; Hugging
 Face: `model(input_ids=ids).logits`); writes `gpt_ours_tokens_per_s`, `gpt_hf_tokens_per_s`,
 `gpt_ours_to_hf_speed`, `gpt_ours_to_hf_speed_by_step` and `gpt_all_speeds`, with the GPT
 settings under `settings["gpt"]`.
@@ -154,7 +154,8 @@ def parity(ours, theirs, batch: dict) -> dict[str, float]:
     ours.eval()
     theirs.eval()
     with torch.no_grad():
-        hidden, mlm, nsp = ours(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+        out = ours(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+        hidden, mlm, nsp = out.hidden_states, out.logits, out.nsp_logits
         ref = theirs(input_ids=batch["input_ids"], token_type_ids=batch["segment_ids"],
                      attention_mask=batch["attention_mask"].long(), output_hidden_states=True)
     return {"hidden": (hidden - ref.hidden_states[-1]).abs().max().item(),
@@ -168,15 +169,14 @@ def gpt_parity(ours, theirs, batch: dict) -> dict[str, float]:
     ours.eval()
     theirs.eval()
     with torch.no_grad():
-        logits = ours(batch["input_ids"])
+        logits = ours(batch["input_ids"]).logits
         ref = theirs(input_ids=batch["input_ids"]).logits
     return {"logits": (logits - ref).abs().max().item()}
 
 
 def ours_logits(model, batch: dict):
-    _, mlm, nsp = model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"],
-                        mlm_positions=batch["chosen"])
-    return mlm, nsp
+    out = model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"], mlm_positions=batch["chosen"])
+    return out.logits, out.nsp_logits
 
 
 def hf_logits(model, batch: dict):
@@ -211,7 +211,7 @@ def next_token_loss(logits, input_ids):
 
 
 def ours_gpt_loss(model, batch: dict):
-    return next_token_loss(model(batch["input_ids"]), batch["input_ids"])
+    return next_token_loss(model(batch["input_ids"]).logits, batch["input_ids"])
 
 
 def hf_gpt_loss(model, batch: dict):
@@ -334,7 +334,7 @@ def run_gpt(args) -> tuple[dict, dict]:
         "norm_first": True, "activation": "hf gelu_new = ours gelu_tanh",
         "dropout": DROPOUT, "optimizer": f"AdamW lr={LR}", "threads": THREADS,
         "lm_loss": "next-token cross-entropy over positions 0..seq_len-2, full vocabulary projection, "
-                   "computed the same way for both (ours: model(ids); hf: model(input_ids=ids).logits)",
+                   "computed the same way for both (ours: model(ids).logits; hf: model(input_ids=ids).logits)",
         "tied_lm_head": True, "timing": TIMING,
         "hf_attn_implementation": theirs.config._attn_implementation,
         "params": sum(p.numel() for p in ours.parameters()),

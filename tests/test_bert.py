@@ -38,13 +38,13 @@ def corpus_and_tokenizer(tmp_path_factory):
 
 
 # ------------------------------------------------------------------ model and Hugging Face parity
-def hf_pair(seed: int = 0):
+def hf_pair(seed: int = 0, **hf_options):
     from transformers import BertConfig as HFBertConfig
     from transformers import BertForPreTraining as HFBertForPreTraining
 
     torch.manual_seed(seed)
     hf_config = HFBertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                             intermediate_size=64, max_position_embeddings=40)
+                             intermediate_size=64, max_position_embeddings=40, **hf_options)
     reference = HFBertForPreTraining(hf_config).eval()
     ours = BertForPreTraining(config_from_hf(hf_config)).eval()
     ours.load_state_dict(from_hf_state_dict(reference.state_dict()), strict=True)
@@ -59,15 +59,29 @@ def test_converted_transformers_bert_gives_the_same_outputs():
     mask[1, 15:] = 0  # a padded row
     with torch.no_grad():
         theirs = reference(input_ids=ids, token_type_ids=segments, attention_mask=mask, output_hidden_states=True)
-        hidden, mlm_logits, nsp_logits = ours(ids, segments, mask.bool())
-    torch.testing.assert_close(hidden, theirs.hidden_states[-1], atol=1e-5, rtol=0)
-    torch.testing.assert_close(mlm_logits, theirs.prediction_logits, atol=1e-5, rtol=0)
-    torch.testing.assert_close(nsp_logits, theirs.seq_relationship_logits, atol=1e-5, rtol=0)
+        out = ours(ids, segments, mask.bool())
+    torch.testing.assert_close(out.hidden_states, theirs.hidden_states[-1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.logits, theirs.prediction_logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.nsp_logits, theirs.seq_relationship_logits, atol=1e-5, rtol=0)
     # MLM logits at chosen positions only are the same numbers
     chosen = torch.rand(3, 21) < 0.3
     with torch.no_grad():
-        _, at_positions, _ = ours(ids, segments, mask.bool(), mlm_positions=chosen)
+        at_positions = ours(ids, segments, mask.bool(), mlm_positions=chosen).logits
     torch.testing.assert_close(at_positions, theirs.prediction_logits[chosen], atol=1e-5, rtol=0)
+
+
+def test_attention_weights_match_transformers_per_layer():
+    reference, ours = hf_pair(attn_implementation="eager")  # transformers' fused kernel returns no weights
+    ids = torch.randint(5, 120, (2, 13))
+    mask = torch.ones(2, 13, dtype=torch.long)
+    mask[1, 9:] = 0
+    with torch.no_grad():
+        theirs = reference(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+        out = ours(ids, None, mask.bool(), return_weights=True)
+    assert len(out.attentions) == len(theirs) == 2
+    for layer, (weights, expected) in enumerate(zip(out.attentions, theirs)):
+        torch.testing.assert_close(weights, expected, atol=1e-6, rtol=0, msg=f"layer {layer}")
+    assert ours(ids, None, mask.bool()).attentions is None  # only when asked: the fused kernel otherwise
 
 
 def test_conversion_back_to_transformers_names_round_trips():

@@ -46,17 +46,17 @@ def test_a_later_token_never_changes_earlier_logits(variant):
     changed = ids.clone()
     changed[:, 12:] = (ids[:, 12:] + 7) % 50
     with torch.no_grad():
-        before, after = model(ids), model(changed)
+        before, after = model(ids).logits, model(changed).logits
     torch.testing.assert_close(before[:, :12], after[:, :12], atol=1e-6, rtol=0)
     assert not torch.allclose(before[:, 12:], after[:, 12:])
 
 
-def gpt2_pair(seed: int = 0):
+def gpt2_pair(seed: int = 0, **hf_options):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
     hf_config = GPT2Config(vocab_size=120, n_positions=40, n_embd=32, n_layer=2, n_head=4, bos_token_id=0,
-                           eos_token_id=0)
+                           eos_token_id=0, **hf_options)
     reference = GPT2LMHeadModel(hf_config).eval()
     ours = GPTLMHeadModel(config_from_hf(hf_config)).eval()
     ours.load_state_dict(from_hf_state_dict(reference.state_dict()), strict=True)
@@ -67,7 +67,19 @@ def test_converted_transformers_gpt2_gives_the_same_logits():
     reference, ours = gpt2_pair()
     ids = torch.randint(0, 120, (3, 25))
     with torch.no_grad():
-        torch.testing.assert_close(ours(ids), reference(ids).logits, atol=1e-5, rtol=0)
+        torch.testing.assert_close(ours(ids).logits, reference(ids).logits, atol=1e-5, rtol=0)
+
+
+def test_causal_attention_weights_match_transformers_per_layer():
+    reference, ours = gpt2_pair(attn_implementation="eager")  # transformers' fused kernel returns no weights
+    ids = torch.randint(0, 120, (2, 11))
+    with torch.no_grad():
+        theirs = reference(ids, output_attentions=True).attentions
+        out = ours(ids, return_weights=True)
+    assert len(out.attentions) == len(theirs) == 2
+    for layer, (weights, expected) in enumerate(zip(out.attentions, theirs)):
+        torch.testing.assert_close(weights, expected, atol=1e-6, rtol=0, msg=f"layer {layer}")
+    assert (out.attentions[0].triu(1) == 0).all()  # no query sees a later key
 
 
 def test_conversion_back_to_transformers_names_round_trips():
@@ -138,8 +150,8 @@ def test_incremental_forward_with_a_cache_equals_the_full_forward():
     ids = torch.randint(0, 50, (1, 12))
     caches = [KVCache() for _ in model.gpt.blocks]
     with torch.no_grad():
-        pieces = [model(ids[:, :5], caches)] + [model(ids[:, i:i + 1], caches) for i in range(5, 12)]
-        full = model(ids)
+        pieces = [model(ids[:, :5], caches).logits] + [model(ids[:, i:i + 1], caches).logits for i in range(5, 12)]
+        full = model(ids).logits
     assert caches[0].length == 12
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
 
@@ -200,8 +212,10 @@ def test_load_balancing_loss_is_one_for_a_uniform_router_and_is_logged():
     assert moe.aux_loss.item() == pytest.approx(1.0)
     model = tiny(ffn="moe").train()
     task = GPTPretrainingTask(model.config.to_dict())
-    logits = task.model(torch.randint(0, 50, (2, 8)))
-    assert logits.shape == (2, 8, 50) and task.model.gpt.moe_aux_loss().item() >= 2 * 1.0 - 1e-6  # >= 1 per layer
+    out = task.model(torch.randint(0, 50, (2, 8)))
+    assert out.logits.shape == (2, 8, 50) and out.aux_loss.item() >= 2 * 1.0 - 1e-6  # >= 1 per layer
+    assert out.aux_loss.item() == task.model.gpt.moe_aux_loss().item()
+    assert tiny().train()(torch.randint(0, 50, (2, 8))).aux_loss is None  # dense blocks have none
 
 
 # ------------------------------------------------------------------ data
@@ -364,8 +378,8 @@ def test_multiple_choice_scores_every_answer(bpe_path, tmp_path):
     assert batch["input_ids"].shape[:2] == (4, 3) and dm.labels == ["0", "1", "2"]
     model = GPTForSequenceClassification(GPTClassifierConfig(vocab_size=dm.tokenizer.get_vocab_size(), n_layers=1,
                                                              d_model=32, n_heads=2, **{k: v for k, v in dm.model_kwargs().items() if k != "vocab_size"}))
-    logits, lm_logits = model(batch["input_ids"], batch["last"])
-    assert logits.shape == (4, 3) and lm_logits.shape[:3] == batch["input_ids"].shape
+    out = model(batch["input_ids"], batch["last"])
+    assert out.logits.shape == (4, 3) and out.lm_logits.shape[:3] == batch["input_ids"].shape
     path.write_text('{"context": "x", "choices": ["a"], "label": 3}\n')
     with pytest.raises(DataError, match=r"choices.jsonl:1: label 3"):
         GPTClassificationDataModule("local", str(bpe_path), format="multiple_choice", local_path=str(path))

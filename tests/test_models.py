@@ -1,3 +1,5 @@
+import functools
+
 import pytest
 import torch
 
@@ -21,18 +23,17 @@ def tiny_config(**kw) -> JointIntentSlotConfig:
 def test_joint_model_shapes(norm_first, positional):
     model = JointIntentSlotModel(tiny_config(norm_first=norm_first, positional=positional)).eval()
     ids = torch.randint(3, 50, (4, 9))
-    intent, slots = model(ids, torch.ones_like(ids, dtype=torch.bool))
-    assert intent.shape == (4, 5) and slots.shape == (4, 8, 7)
+    out = model(ids, torch.ones_like(ids, dtype=torch.bool))
+    assert out.logits.shape == (4, 5) and out.slot_logits.shape == (4, 8, 7)
 
 
 def test_padding_does_not_change_real_positions():
     model = JointIntentSlotModel(tiny_config()).eval()
     ids = torch.randint(3, 50, (1, 6))
     padded = torch.cat([ids, torch.zeros(1, 4, dtype=torch.long)], dim=1)
-    intent_a, slots_a = model(ids, ids != 0)
-    intent_b, slots_b = model(padded, padded != 0)
-    torch.testing.assert_close(intent_a, intent_b, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(slots_a, slots_b[:, :5], atol=1e-5, rtol=1e-5)
+    a, b = model(ids, ids != 0), model(padded, padded != 0)
+    torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a.slot_logits, b.slot_logits[:, :5], atol=1e-5, rtol=1e-5)
 
 
 def test_positions_matter_and_tokens_are_permutation_equivariant_without_them():
@@ -77,3 +78,67 @@ def test_config_defaults_and_validation():
     model = TransformerEncoder(EncoderConfig(max_len=8, d_model=16, n_heads=2))
     with pytest.raises(ValueError, match="max_len"):
         model(torch.ones(1, 9, dtype=torch.long))
+
+
+# ------------------------------------------------------------------ one output type for every family
+@functools.cache
+def _families():
+    """(name, model, inputs, logits shape, attention layers or None) for every family's models, at
+    each family's tiny size. Batch 2, 6 tokens, 8x8 images, 3 categorical columns."""
+    from transformer_lab.models.bert import (BertClassifierConfig, BertConfig, BertForJointIntentSlot,
+                                             BertForPreTraining, BertForQuestionAnswering,
+                                             BertForSequenceClassification, BertJointConfig)
+    from transformer_lab.models.gpt import (GPTClassifierConfig, GPTConfig, GPTForSequenceClassification,
+                                            GPTLMHeadModel)
+    from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
+    from transformer_lab.models.vit import ViTConfig, VisionTransformer
+    from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig
+
+    torch.manual_seed(0)
+    ids, mask = torch.randint(5, 50, (2, 6)), torch.ones(2, 6, dtype=torch.bool)
+    mask[1, 4:] = False  # a padded row
+    bert = dict(vocab_size=50, size="tiny", max_len=16)
+    gpt = dict(vocab_size=50, size="tiny", max_len=16)
+    images = torch.randn(2, 1, 8, 8)
+    tab = TabTransformerConfig(cardinalities=[4, 3, 5], n_continuous=2, d_model=16, n_layers=2, n_heads=2)
+    rows = (torch.tensor([[0, 1, 2], [3, 2, 4]]), torch.randn(2, 2))
+    return [
+        ("encoder", JointIntentSlotModel(tiny_config()), (ids, mask), (2, 5), 2),
+        ("bert_pretraining", BertForPreTraining(BertConfig(**bert)), (ids, None, mask), (2, 6, 50), 2),
+        ("bert_classifier", BertForSequenceClassification(BertClassifierConfig(**bert, n_classes=3)), (ids, None, mask),
+         (2, 3), 2),
+        ("bert_joint", BertForJointIntentSlot(BertJointConfig(**bert, n_intents=4)), (ids, None, mask), (2, 4), 2),
+        ("bert_qa", BertForQuestionAnswering(BertConfig(**bert)), (ids, None, mask), (2, 6, 2), 2),
+        ("gpt_lm", GPTLMHeadModel(GPTConfig(**gpt)), (ids,), (2, 6, 50), 2),
+        ("gpt_moe", GPTLMHeadModel(GPTConfig(**gpt, ffn="moe")), (ids,), (2, 6, 50), 2),
+        ("gpt_classifier", GPTForSequenceClassification(GPTClassifierConfig(**gpt, n_classes=3)),
+         (ids[:, None], torch.tensor([[5], [3]])), (2, 3), 2),
+        ("vit", VisionTransformer(ViTConfig(size="tiny")), (images,), (2, 10), 4),
+        ("swin", VisionTransformer(ViTConfig(size="tiny", attention="window", stage_depths=[2, 2])), (images,),
+         (2, 10), 4),
+        ("tab_transformer", TabTransformer(tab), rows, (2, 2), 2),
+        ("tab_mlp", TabTransformer(TabTransformerConfig(**{**tab.to_dict(), "architecture": "mlp"})), rows, (2, 2), 0),
+        ("word2vec", Word2Vec(Word2VecConfig(vocab_size=50, dim=8), torch.arange(1, 51)),
+         (ids, mask, torch.tensor([7, 9])), (2, 6, 6), None),  # centre + 5 noise words per context word
+    ]
+
+
+@pytest.mark.parametrize("index", range(13), ids=lambda i: _families()[i][0])
+def test_every_family_returns_one_model_output(index):
+    from transformer_lab.models.outputs import ModelOutput
+
+    name, model, inputs, shape, layers = _families()[index]
+    model.eval()
+    with torch.no_grad():
+        out = model(*inputs)
+        assert isinstance(out, ModelOutput) and out.logits.shape == shape, name
+        if layers is None:  # word2vec: no attention, and the loss is the model's own output
+            assert out.loss.shape == (2,)
+            return
+        assert out.attentions is None  # weights only when asked (they bypass the fused kernel)
+        weighed = model(*inputs, return_weights=True)
+    assert isinstance(weighed.attentions, list) and len(weighed.attentions) == layers, name
+    for weights in weighed.attentions:
+        assert weights.dim() == 4  # (batch [x windows], heads, queries, keys)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+    torch.testing.assert_close(weighed.logits, out.logits, atol=1e-5, rtol=1e-5)  # the same model either way

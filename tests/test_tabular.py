@@ -159,7 +159,7 @@ def test_mlp_ablation_has_no_transformer_and_same_head_width():
     mlp = TabTransformer(TabTransformerConfig(**config, architecture="mlp"))
     assert len(transformer.blocks) == 2 and len(mlp.blocks) == 0
     assert transformer.head[0].in_features == mlp.head[0].in_features == 2 * 8 + 3
-    logits = mlp(torch.tensor([[0, 5], [1, 1]]), torch.zeros(2, 3))
+    logits = mlp(torch.tensor([[0, 5], [1, 1]]), torch.zeros(2, 3)).logits
     assert logits.shape == (2, 2)
 
 

@@ -15,7 +15,7 @@ class TinyLanguageModel(L.LightningModule):
         self.model = GPTLMHeadModel(config)
 
     def training_step(self, batch, batch_idx):
-        logits = self.model(batch["input_ids"][:, :-1])
+        logits = self.model(batch["input_ids"][:, :-1]).logits
         return F.cross_entropy(logits.flatten(0, 1), batch["input_ids"][:, 1:].flatten())
 
     def configure_optimizers(self):

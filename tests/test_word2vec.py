@@ -53,7 +53,7 @@ def test_hierarchical_softmax_is_a_distribution_over_the_vocabulary():
     torch.nn.init.normal_(model.output_vectors.weight)
     torch.nn.init.normal_(model.input_vectors.weight)
     context, mask = torch.full((7, 1), 3), torch.ones(7, 1, dtype=torch.bool)  # one context word: word 3
-    log_probs = -model(context, mask, torch.arange(7))
+    log_probs = -model(context, mask, torch.arange(7)).loss
     assert log_probs.exp().sum().item() == pytest.approx(1.0, abs=1e-5)
 
 
@@ -108,19 +108,19 @@ def test_tiny_corpus_trains_and_the_loss_falls(lee_corpus, architecture, objecti
     task = Word2VecTask({**Word2VecConfig(vocab_size=len(dm.words), dim=32, architecture=architecture,
                                           objective=objective).to_dict()}, dm.words, dm.counts.tolist())
     L.seed_everything(0)
-    before = torch.cat([task(b) for b in dm.val_dataloader()]).mean().item()
+    before = torch.cat([task(b).loss for b in dm.val_dataloader()]).mean().item()
     trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False)
     trainer.fit(task, dm)
     with torch.no_grad():
-        after = torch.cat([task(b) for b in dm.val_dataloader()]).mean().item()
+        after = torch.cat([task(b).loss for b in dm.val_dataloader()]).mean().item()
     assert after < before - 0.1, (before, after)  # held-out loss, same examples before and after
 
 
 def test_gradients_are_sparse_rows():
     model = Word2Vec(Word2VecConfig(vocab_size=50, dim=8), torch.ones(50))
     torch.nn.init.normal_(model.output_vectors.weight)  # word2vec starts them at zero: no input gradient yet
-    model(torch.tensor([[3, 7], [4, 0]]), torch.tensor([[True, True], [True, False]]), torch.tensor([5, 6])).sum().backward()
+    model(torch.tensor([[3, 7], [4, 0]]), torch.tensor([[True, True], [True, False]]), torch.tensor([5, 6])).loss.sum().backward()
     grad = model.input_vectors.weight.grad
     assert grad.is_sparse and set(grad.coalesce().indices()[0].tolist()) <= {3, 4, 7, 0}
     assert set(torch.nonzero(grad.to_dense().abs().sum(1)).flatten().tolist()) == {3, 4, 7}  # padding moves nothing
@@ -140,7 +140,7 @@ def test_closed_form_sgd_update_matches_autograd_and_sgd(architecture, objective
     mask = torch.tensor([[True, True, True, False], [True, True, True, True], [False, True, True, False]])
     centres = torch.tensor([0, 6, 2])
     torch.manual_seed(1)  # the same noise words for both
-    losses = reference(context, mask, centres)
+    losses = reference(context, mask, centres).loss
     losses.sum().backward()
     torch.optim.SGD(reference.parameters(), lr=0.1).step()
     torch.manual_seed(1)

@@ -24,6 +24,7 @@ from torch import nn
 
 from transformer_lab.models.blocks import TransformerBlock
 from transformer_lab.models.interop import rename
+from transformer_lab.models.outputs import ModelOutput
 
 # name: (layers L, hidden H, heads A). tiny/mini/small: the compact BERTs of Turc et al. (2019).
 SIZES = {
@@ -98,15 +99,19 @@ class BertModel(nn.Module):
         self.apply(_init_weights)
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                attention_mask: torch.Tensor | None = None, *, return_weights: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
         """input_ids, segment_ids, attention_mask: (batch, length); mask True/1 = real token.
 
-        Returns hidden states (batch, length, d_model) and the pooled [CLS] state (batch, d_model).
+        Returns hidden states (batch, length, d_model), the pooled [CLS] state (batch, d_model) and,
+        if asked, each layer's attention weights (else None). The heads below wrap these in a ModelOutput.
         """
         x = self.embeddings(input_ids, segment_ids)
+        attentions = []
         for block in self.blocks:
-            x, _ = block(x, key_padding_mask=attention_mask)
-        return x, torch.tanh(self.pooler(x[:, 0]))
+            x, weights = block(x, key_padding_mask=attention_mask, return_weights=return_weights)
+            attentions.append(weights)
+        return x, torch.tanh(self.pooler(x[:, 0])), attentions if return_weights else None
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -152,17 +157,18 @@ class BertForPreTraining(nn.Module):
             _init_weights(module)
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                mlm_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Returns hidden states, MLM logits and NSP logits (batch, 2).
+                attention_mask: torch.Tensor | None = None, mlm_positions: torch.Tensor | None = None, *,
+                return_weights: bool = False) -> ModelOutput:
+        """logits: MLM logits; nsp_logits (batch, 2); hidden_states (batch, length, d_model).
 
         MLM logits are (batch, length, vocab), or only at mlm_positions (a boolean
         (batch, length) mask) as (n_positions, vocab): the loss needs the ~15% masked
         positions, and the vocabulary projection is the largest matmul in a small BERT.
         """
-        hidden, pooled = self.bert(input_ids, segment_ids, attention_mask)
+        hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask, return_weights=return_weights)
         mlm_input = hidden if mlm_positions is None else hidden[mlm_positions]
-        return hidden, self.mlm(mlm_input), self.nsp(pooled)
+        return ModelOutput(logits=self.mlm(mlm_input), nsp_logits=self.nsp(pooled), hidden_states=hidden,
+                           attentions=attentions)
 
     @classmethod
     def from_pretrained(cls, name: str) -> BertForPreTraining:
@@ -202,9 +208,10 @@ class BertForSequenceClassification(nn.Module):
         self.classifier = nn.Linear(config.d_model, config.n_classes)
         _init_weights(self.classifier)
 
-    def forward(self, input_ids, segment_ids=None, attention_mask=None) -> torch.Tensor:
-        _, pooled = self.bert(input_ids, segment_ids, attention_mask)
-        return self.classifier(self.dropout(pooled))
+    def forward(self, input_ids, segment_ids=None, attention_mask=None, *, return_weights=False) -> ModelOutput:
+        """logits: class logits (batch, n_classes)."""
+        hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask, return_weights=return_weights)
+        return ModelOutput(logits=self.classifier(self.dropout(pooled)), hidden_states=hidden, attentions=attentions)
 
 
 @dataclass
@@ -227,10 +234,12 @@ class BertForJointIntentSlot(nn.Module):
         for module in (self.intent_head, self.slot_head):
             _init_weights(module)
 
-    def forward(self, input_ids, segment_ids=None, attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns intent logits (batch, n_intents) and slot logits (batch, length, n_slots)."""
-        hidden, pooled = self.bert(input_ids, segment_ids, attention_mask)
-        return self.intent_head(self.dropout(pooled)), self.slot_head(self.dropout(hidden))
+    def forward(self, input_ids, segment_ids=None, attention_mask=None, *, return_weights=False) -> ModelOutput:
+        """logits: intent logits (batch, n_intents); slot_logits (batch, length, n_slots)."""
+        hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask, return_weights=return_weights)
+        intent_logits = self.intent_head(self.dropout(pooled))  # before the slots: the dropout masks' order
+        slot_logits = self.slot_head(self.dropout(hidden))
+        return ModelOutput(logits=intent_logits, slot_logits=slot_logits, hidden_states=hidden, attentions=attentions)
 
 
 class BertForQuestionAnswering(nn.Module):
@@ -243,10 +252,13 @@ class BertForQuestionAnswering(nn.Module):
         self.span = nn.Linear(config.d_model, 2)
         _init_weights(self.span)
 
-    def forward(self, input_ids, segment_ids=None, attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden, _ = self.bert(input_ids, segment_ids, attention_mask)
-        start, end = self.span(hidden).unbind(-1)
-        return start, end
+    def forward(self, input_ids, segment_ids=None, attention_mask=None, *, return_weights=False) -> ModelOutput:
+        """logits: span logits (batch, length, 2); start_logits, end_logits: the two halves (batch, length)."""
+        hidden, _, attentions = self.bert(input_ids, segment_ids, attention_mask, return_weights=return_weights)
+        logits = self.span(hidden)
+        start, end = logits.unbind(-1)
+        return ModelOutput(logits=logits, start_logits=start, end_logits=end, hidden_states=hidden,
+                           attentions=attentions)
 
 
 # ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from transformer_lab.models.blocks import TransformerBlock
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.positional import RotaryEmbedding, positional_encoding
 
 
@@ -63,11 +64,11 @@ class TransformerEncoder(nn.Module):
         self.final_norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, return_weights: bool = False
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, return_weights: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """input_ids, attention_mask: (batch, length); mask True/1 = real token.
 
-        Returns hidden states (batch, length, d_model) and, if asked, each layer's attention weights.
+        Returns hidden states (batch, length, d_model) and, if asked, each layer's attention weights (else None).
         """
         length = input_ids.shape[1]
         if length > self.config.max_len:
@@ -82,7 +83,7 @@ class TransformerEncoder(nn.Module):
             x, weights = block(x, key_padding_mask=attention_mask, return_weights=return_weights, rotary=self.rotary)
             if return_weights:
                 all_weights.append(weights)
-        return self.final_norm(x), all_weights
+        return self.final_norm(x), all_weights if return_weights else None
 
 
 @dataclass
@@ -106,8 +107,9 @@ class JointIntentSlotModel(nn.Module):
         )
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns intent logits (batch, n_intents) and slot logits (batch, length - 1, n_slots)."""
-        states, _ = self.encoder(input_ids, attention_mask)
-        return self.intent_head(states[:, 0]), self.slot_head(states[:, 1:])
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, return_weights: bool = False
+    ) -> ModelOutput:
+        """logits: intent logits (batch, n_intents); slot_logits (batch, length - 1, n_slots)."""
+        states, attentions = self.encoder(input_ids, attention_mask, return_weights=return_weights)
+        return ModelOutput(logits=self.intent_head(states[:, 0]), slot_logits=self.slot_head(states[:, 1:]),
+                           hidden_states=states, attentions=attentions)

@@ -33,6 +33,7 @@ from torch import nn
 from transformer_lab.models.attention import KVCache
 from transformer_lab.models.blocks import MixtureOfExperts, TransformerBlock
 from transformer_lab.models.interop import rename
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.positional import RotaryEmbedding, positional_encoding
 
 # name: (layers L, hidden H, heads A, norm_first)
@@ -107,9 +108,11 @@ class GPTModel(nn.Module):
         self.final_norm = (nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
                            if config.norm_first else None)
 
-    def forward(self, input_ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, caches: list[KVCache] | None = None, *,
+                return_weights: bool = False) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """caches: one KVCache per block holding the earlier positions (generation); input_ids
-        are then the positions after them."""
+        are then the positions after them. Returns the hidden states and, if asked, each layer's
+        attention weights (else None)."""
         offset = caches[0].length if caches else 0
         length = input_ids.shape[1]
         if self.position is not None and offset + length > self.config.max_len:
@@ -118,9 +121,13 @@ class GPTModel(nn.Module):
         if self.position is not None:
             x = x + self.position(length, offset)  # only the new positions, not the whole prefix
         x = self.dropout(x)
+        attentions = []
         for index, block in enumerate(self.blocks):
-            x, _ = block(x, is_causal=True, rotary=self.rotary, cache=caches[index] if caches else None)
-        return self.final_norm(x) if self.final_norm is not None else x
+            x, weights = block(x, is_causal=True, return_weights=return_weights, rotary=self.rotary,
+                               cache=caches[index] if caches else None)
+            attentions.append(weights)
+        x = self.final_norm(x) if self.final_norm is not None else x
+        return x, attentions if return_weights else None
 
     def moe_aux_loss(self) -> torch.Tensor:
         """Sum of the mixture-of-experts load-balancing losses of the last forward (0 without MoE)."""
@@ -153,9 +160,16 @@ class GPTLMHeadModel(nn.Module):
         self.lm_head.weight = self.gpt.token.weight  # tied: one parameter
         init_gpt_weights(self, config.n_layers)
 
-    def forward(self, input_ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
-        """Next-token logits (batch, length, vocab)."""
-        return self.lm_head(self.gpt(input_ids, caches))
+    def forward(self, input_ids: torch.Tensor, caches: list[KVCache] | None = None, *,
+                return_weights: bool = False) -> ModelOutput:
+        """logits: next-token logits (batch, length, vocab); aux_loss: the MoE load-balancing loss."""
+        hidden, attentions = self.gpt(input_ids, caches, return_weights=return_weights)
+        return ModelOutput(logits=self.lm_head(hidden), aux_loss=self._aux_loss(), hidden_states=hidden,
+                           attentions=attentions)
+
+    def _aux_loss(self) -> torch.Tensor | None:
+        """The load-balancing loss of the forward just run with ffn=moe; None with dense blocks."""
+        return self.gpt.moe_aux_loss() if self.config.ffn == "moe" else None
 
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, strategy: str = "greedy",
@@ -180,12 +194,13 @@ class GPTLMHeadModel(nn.Module):
         finished = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
         for _ in range(max_new_tokens):
             if not use_cache:
-                logits = self.lm_head(self.gpt(ids[:, -window:] if window else ids)[:, -1])
+                hidden, _ = self.gpt(ids[:, -window:] if window else ids)
             else:
                 if caches is None or (window and caches[0].length + step_input.shape[1] > window):
                     caches = [KVCache() for _ in self.gpt.blocks]
                     step_input = ids[:, -window:] if window else ids
-                logits = self.lm_head(self.gpt(step_input, caches)[:, -1])
+                hidden, _ = self.gpt(step_input, caches)
+            logits = self.lm_head(hidden[:, -1])  # only the last position: the vocabulary matmul is the largest
             token = _choose(logits.float(), strategy, temperature, top_k, top_p, generator)
             if eos_id is not None:
                 token = torch.where(finished, torch.full_like(token, eos_id), token)
@@ -249,8 +264,9 @@ class GPTForSequenceClassification(GPTLMHeadModel):
         combine=sum      similarity: both orders, their final hidden states summed -> n_classes logits
         combine=choices  multiple choice: one sequence per answer -> one score each, softmax over answers
 
-    Returns (class logits, LM logits over every input position) for L_task + lambda * L_lm. The
-    LM head and `generate` are inherited: a fine-tuned model still continues text.
+    Returns class logits (`logits`) and LM logits over every input position (`lm_logits`) for
+    L_task + lambda * L_lm. The LM head and `generate` are inherited: a fine-tuned model still
+    continues text.
     """
 
     def __init__(self, config: GPTClassifierConfig):
@@ -261,16 +277,18 @@ class GPTForSequenceClassification(GPTLMHeadModel):
         self.classifier = nn.Linear(config.d_model, 1 if config.combine == "choices" else config.n_classes)
         init_gpt_weights(self.classifier, config.n_layers)
 
-    def forward(self, input_ids: torch.Tensor, last: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, last: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
         batch, n_sequences, length = input_ids.shape
-        hidden = self.gpt(input_ids.reshape(batch * n_sequences, length))
+        hidden, attentions = self.gpt(input_ids.reshape(batch * n_sequences, length), return_weights=return_weights)
         final = hidden[torch.arange(batch * n_sequences, device=hidden.device), last.reshape(-1)]
         final = self.dropout(final).view(batch, n_sequences, -1)
         if self.config.combine == "choices":
             logits = self.classifier(final).squeeze(-1)  # (batch, n_choices)
         else:
             logits = self.classifier(final.sum(dim=1))
-        return logits, self.lm_head(hidden).view(batch, n_sequences, length, -1)
+        return ModelOutput(logits=logits, lm_logits=self.lm_head(hidden).view(batch, n_sequences, length, -1),
+                           aux_loss=self._aux_loss(), hidden_states=hidden.view(batch, n_sequences, length, -1),
+                           attentions=attentions)
 
 
 # ---------------------------------------------------------------------------------------

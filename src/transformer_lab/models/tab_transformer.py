@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from transformer_lab.models.blocks import TransformerBlock
+from transformer_lab.models.outputs import ModelOutput
 
 
 @dataclass
@@ -97,19 +98,21 @@ class TabTransformer(nn.Module):
             width = hidden
         self.head = nn.Sequential(*layers, nn.Linear(width, c.n_classes))
 
-    def contextualize(self, categorical: torch.Tensor, return_weights: bool = False
-                      ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def contextualize(self, categorical: torch.Tensor, *, return_weights: bool = False
+                      ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """(batch, columns) indices -> the contextual embeddings (batch, columns, d_model) and, with
-        return_weights, every block's attention weights (which columns each column reads)."""
+        return_weights, every block's attention weights (which columns each column reads; else None)."""
         x = self.embedding(categorical)
         weights = []
         for block in self.blocks:
             x, w = block(x, return_weights=return_weights)
             weights.append(w)
-        return x, weights
+        return x, weights if return_weights else None
 
-    def forward(self, categorical: torch.Tensor, continuous: torch.Tensor) -> torch.Tensor:
-        """categorical (batch, columns) int, continuous (batch, n_continuous) -> logits (batch, n_classes)."""
-        contextual, _ = self.contextualize(categorical)
+    def forward(self, categorical: torch.Tensor, continuous: torch.Tensor, *, return_weights: bool = False
+                ) -> ModelOutput:
+        """categorical (batch, columns) int, continuous (batch, n_continuous) -> logits (batch, n_classes);
+        hidden_states: the contextual embeddings (batch, columns, d_model)."""
+        contextual, attentions = self.contextualize(categorical, return_weights=return_weights)
         features = torch.cat([contextual.flatten(1), self.continuous_norm(continuous)], dim=-1)
-        return self.head(features)
+        return ModelOutput(logits=self.head(features), hidden_states=contextual, attentions=attentions)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from transformer_lab.models.blocks import TransformerBlock
+from transformer_lab.models.outputs import ModelOutput
 
 # name: (layers, hidden, heads, patch size); tiny is the CPU default for 8x8 digits
 SIZES = {
@@ -189,9 +190,9 @@ class VisionTransformer(nn.Module):
         self.head = nn.Linear(width, c.n_classes)
         self.apply(_init_weights)
 
-    def forward(self, images: torch.Tensor, return_weights: bool = False) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """images (batch, C, H, W) -> class logits (batch, n_classes), and with return_weights every
-        block's attention weights (global: (batch, heads, 1 + patches, 1 + patches))."""
+    def forward(self, images: torch.Tensor, *, return_weights: bool = False) -> ModelOutput:
+        """images (batch, C, H, W) -> logits: class logits (batch, n_classes); with return_weights,
+        attentions: every block's weights (global: (batch, heads, 1 + patches, 1 + patches))."""
         x = self.patch_embedding(images)
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1)
@@ -212,8 +213,10 @@ class VisionTransformer(nn.Module):
                 for block in blocks:
                     x, weights = block(x, return_weights=return_weights)
                     all_weights.append(weights)
-            pooled = self.final_norm(x).flatten(1, 2).mean(dim=1)
-        return self.head(pooled), (all_weights if return_weights else [])
+            x = self.final_norm(x).flatten(1, 2)  # the last stage's token map -> (batch, tokens, width)
+            pooled = x.mean(dim=1)
+        return ModelOutput(logits=self.head(pooled), hidden_states=x,
+                           attentions=all_weights if return_weights else None)
 
 
 def _init_weights(module: nn.Module) -> None:

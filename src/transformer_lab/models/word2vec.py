@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_lab.models.outputs import ModelOutput
+
 NOISE_TABLE_SIZE = 1_000_000
 
 @dataclass
@@ -142,15 +144,16 @@ class Word2Vec(nn.Module):
         log_likelihood = F.logsigmoid(scores * (2 * labels - 1)[:, None, :]) * weights[:, None, :]
         return -(log_likelihood * weight[..., None]).sum((1, 2))
 
-    def forward(self, context: torch.Tensor, context_mask: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
-        """Loss per example (B,): -log p(centre | context) summed over the window's pairs
-        (skip-gram) or for the averaged window (CBOW). context (B, C) word ids, context_mask (B, C)."""
+    def forward(self, context: torch.Tensor, context_mask: torch.Tensor, centres: torch.Tensor) -> ModelOutput:
+        """loss: per example (B,), -log p(centre | context) summed over the window's pairs (skip-gram)
+        or for the averaged window (CBOW); logits: the scores of the binary decisions (B, C or 1, M).
+        context (B, C) word ids, context_mask (B, C)."""
         mask = context_mask.float()
         vectors = self.input_vectors(context)
         h, weight = self._hidden(vectors, mask)
         rows, labels, weights = self.output_rows(centres)
         scores = h @ self.output_vectors(rows).transpose(1, 2)  # (B, C or 1, M)
-        return self._loss(scores, labels, weights, weight)
+        return ModelOutput(logits=scores, loss=self._loss(scores, labels, weights, weight))
 
     @torch.no_grad()
     def sgd_update(self, context: torch.Tensor, context_mask: torch.Tensor, centres: torch.Tensor,

@@ -4,6 +4,8 @@ that the two compare in one MLflow experiment."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
@@ -11,6 +13,7 @@ from transformer_lab.data.atis_bert import encode_words
 from transformer_lab.data.bert import pad_batch, special_ids
 from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.models.bert import BertForJointIntentSlot, BertJointConfig
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
 from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
@@ -32,9 +35,9 @@ class BertJointIntentSlotTask(JointIntentSlotTask):
         load_pretrained_bert(model.bert, self.hparams.pretrained)
         return model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        intent_logits, slot_logits = self.model(input_ids, None, attention_mask)
-        return intent_logits, slot_logits[:, 1:]  # slot labels start after [CLS]
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> ModelOutput:
+        out = self.model(input_ids, None, attention_mask)
+        return replace(out, slot_logits=out.slot_logits[:, 1:])  # slot labels start after [CLS]
 
     @torch.no_grad()
     def predict_words(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
@@ -48,9 +51,9 @@ class BertJointIntentSlotTask(JointIntentSlotTask):
             encoded = [encode_words(self.tokenizer, words, specials, self.model.config.max_len) for words in chunk]
             batch = pad_batch([{"input_ids": ids, "segment_ids": [0] * len(ids)} for ids, _ in encoded],
                               specials["pad"])
-            intent_logits, slot_logits = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
-            for (_, first), words, intent_id, slots in zip(encoded, chunk, intent_logits.argmax(-1).tolist(),
-                                                           slot_logits.argmax(-1).tolist()):
+            out = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
+            for (_, first), words, intent_id, slots in zip(encoded, chunk, out.logits.argmax(-1).tolist(),
+                                                           out.slot_logits.argmax(-1).tolist()):
                 tags = [self.hparams.slot_labels[slots[position - 1]] for position in first]
                 tags += ["O"] * (len(words) - len(tags))  # words cut by max_len
                 results.append({"intent": self.hparams.intent_labels[intent_id],

@@ -38,8 +38,8 @@ class BertPretrainingTask(TokenThroughput, L.LightningModule):
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         chosen = batch["mlm_labels"] != -100
-        _, mlm_logits, nsp_logits = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"],
-                                               mlm_positions=chosen)
+        out = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"], mlm_positions=chosen)
+        mlm_logits, nsp_logits = out.logits, out.nsp_logits
         targets = batch["mlm_labels"][chosen]
         return {"mlm_loss": F.cross_entropy(mlm_logits, targets), "nsp_loss": F.cross_entropy(nsp_logits, batch["is_next"]),
                 "mlm_pred": mlm_logits.argmax(-1), "mlm_target": targets, "nsp_pred": nsp_logits.argmax(-1)}

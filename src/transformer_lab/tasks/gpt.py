@@ -12,6 +12,7 @@ from torch import nn
 
 from transformer_lab.data.bert import IGNORE_INDEX
 from transformer_lab.models.gpt import GPTClassifierConfig, GPTConfig, GPTForSequenceClassification, GPTLMHeadModel
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_with_warmup
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
@@ -36,14 +37,15 @@ class GPTPretrainingTask(TokenThroughput, L.LightningModule):
         self.save_hyperparameters(logger=False)
         self.model = GPTLMHeadModel(GPTConfig(**model_config))
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor) -> ModelOutput:
         return self.model(input_ids)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        loss = lm_loss(self(batch["input_ids"]), batch["labels"])
+        out = self(batch["input_ids"])
+        loss = lm_loss(out.logits, batch["labels"])
         size = len(batch["input_ids"])
-        if self.model.config.ffn == "moe":
-            balance = self.model.gpt.moe_aux_loss()
+        if out.aux_loss is not None:  # model.ffn=moe
+            balance = out.aux_loss
             self.log("train/moe_balance_loss", balance, on_step=True, on_epoch=True, batch_size=size)
             self.log("train/lm_loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
             loss = loss + self.hparams.moe_aux_weight * balance
@@ -52,7 +54,7 @@ class GPTPretrainingTask(TokenThroughput, L.LightningModule):
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.log("val/loss", lm_loss(self(batch["input_ids"]), batch["labels"]), on_epoch=True, prog_bar=True,
+        self.log("val/loss", lm_loss(self(batch["input_ids"]).logits, batch["labels"]), on_epoch=True, prog_bar=True,
                  batch_size=len(batch["input_ids"]), sync_dist=True)
 
     def on_validation_epoch_end(self) -> None:
@@ -86,13 +88,13 @@ class GPTClassificationTask(SequenceClassificationTask):
                         from_hub=lambda name: GPTLMHeadModel.from_pretrained(name).gpt.state_dict())
         return model
 
-    def classify(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-        logits, lm_logits = self.model(batch["input_ids"], batch["last"])
+    def classify(self, batch: dict) -> tuple[ModelOutput, torch.Tensor | None]:
+        out = self.model(batch["input_ids"], batch["last"])
         if not self.training:
-            return logits, None
+            return out, None
         auxiliary = []
         if self.hparams.lm_weight:
-            auxiliary.append(self.hparams.lm_weight * lm_loss(lm_logits, batch["lm_labels"]))
-        if self.model.config.ffn == "moe":
-            auxiliary.append(self.hparams.moe_aux_weight * self.model.gpt.moe_aux_loss())
-        return logits, sum(auxiliary) if auxiliary else None
+            auxiliary.append(self.hparams.lm_weight * lm_loss(out.lm_logits, batch["lm_labels"]))
+        if out.aux_loss is not None:  # model.ffn=moe
+            auxiliary.append(self.hparams.moe_aux_weight * out.aux_loss)
+        return out, sum(auxiliary) if auxiliary else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.vit import ViTConfig, VisionTransformer
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
@@ -22,13 +23,13 @@ class ImageClassificationTask(SequenceClassificationTask):
     def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
         return VisionTransformer(ViTConfig(**model_config))
 
-    def classify(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self.model(batch["images"])[0], None
+    def classify(self, batch: dict) -> tuple[ModelOutput, torch.Tensor | None]:
+        return self.model(batch["images"]), None
 
     @torch.no_grad()
     def predict_images(self, images: torch.Tensor, return_weights: bool = False) -> tuple[torch.Tensor, list]:
         """Predicted classes, in eval mode, and with return_weights every block's attention weights
         (computed explicitly, outside the fused kernel: ask only for the images you will plot)."""
         self.model.eval()
-        logits, weights = self.model(images, return_weights=return_weights)
-        return logits.argmax(-1), weights
+        out = self.model(images, return_weights=return_weights)
+        return out.logits.argmax(-1), out.attentions

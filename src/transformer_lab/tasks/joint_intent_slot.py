@@ -13,6 +13,7 @@ from transformer_lab.data.atis import IGNORE_INDEX, AtisVocabulary, collate
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.metrics import SlotF1
 from transformer_lab.models.encoder import JointIntentSlotConfig, JointIntentSlotModel
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
 
 
@@ -76,11 +77,13 @@ class JointIntentSlotTask(L.LightningModule):
             "sentence_acc": MeanMetric(),
         })
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> ModelOutput:
+        """logits: intent logits; slot_logits: one row per word, aligned with batch["slot_labels"]."""
         return self.model(input_ids, attention_mask)
 
     def _losses(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        intent_logits, slot_logits = self(batch["input_ids"], batch["attention_mask"])
+        out = self(batch["input_ids"], batch["attention_mask"])
+        intent_logits, slot_logits = out.logits, out.slot_logits
         smoothing = self.hparams.label_smoothing
         intent_loss = F.cross_entropy(intent_logits, batch["intent_labels"], label_smoothing=smoothing)
         slot_loss = F.cross_entropy(slot_logits.flatten(0, 1), batch["slot_labels"].flatten(),
@@ -141,8 +144,8 @@ class JointIntentSlotTask(L.LightningModule):
             items = [{"input_ids": self.vocabulary.encode_words(words), "slot_labels": [0] * len(words), "intent_label": 0}
                      for words in chunk]
             batch = collate(items, self.vocabulary.pad_id)
-            intent_logits, slot_logits = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
-            intent_pred, slot_pred = intent_logits.argmax(-1).tolist(), slot_logits.argmax(-1).tolist()
+            out = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
+            intent_pred, slot_pred = out.logits.argmax(-1).tolist(), out.slot_logits.argmax(-1).tolist()
             for words, intent_id, slot_ids in zip(chunk, intent_pred, slot_pred):
                 tags = [self.hparams.slot_labels[i] for i in slot_ids[: len(words)]]
                 results.append({"intent": self.hparams.intent_labels[intent_id],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import collections
 import re
 import string
+from dataclasses import replace
 
 import lightning as L
 import torch
@@ -19,6 +20,7 @@ from transformer_lab.data.bert import special_ids
 from transformer_lab.data.qa import collate_qa, encode_examples
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForQuestionAnswering
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
 from transformer_lab.tasks.schedules import adamw_warmup_linear
 
@@ -106,15 +108,18 @@ class QuestionAnsweringTask(L.LightningModule):
         self.metrics = torch.nn.ModuleDict({f"{stage}_{name}": MeanMetric() for stage in ("val", "test")
                                             for name in ("exact_match", "f1")})
 
-    def forward(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        start, end = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+    def forward(self, batch: dict) -> ModelOutput:
+        """The model's output with padding masked out of the span logits (logits, start_logits, end_logits)."""
+        out = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
         # Padding is never an answer; [CLS] stays allowed (examples whose answer was cut off point there).
         padding = ~batch["attention_mask"]
-        low = torch.finfo(start.dtype).min
-        return start.masked_fill(padding, low), end.masked_fill(padding, low)
+        logits = out.logits.masked_fill(padding[..., None], torch.finfo(out.logits.dtype).min)
+        start, end = logits.unbind(-1)
+        return replace(out, logits=logits, start_logits=start, end_logits=end)
 
     def _loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        start, end = self(batch)
+        out = self(batch)
+        start, end = out.start_logits, out.end_logits
         loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
         return loss, start, end
 
@@ -167,8 +172,9 @@ class QuestionAnsweringTask(L.LightningModule):
         for first in range(0, len(features), batch_size):
             batch = collate_qa(features[first:first + batch_size], specials["pad"])
             batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-            start, end = self(batch)
-            starts, ends, scores = best_spans(start, end, batch["offsets"][..., 0] >= 0, self.hparams.max_answer_tokens)
+            out = self(batch)
+            in_passage = batch["offsets"][..., 0] >= 0
+            starts, ends, scores = best_spans(out.start_logits, out.end_logits, in_passage, self.hparams.max_answer_tokens)
             answers = spans_to_answers(starts, ends, batch["offsets"], batch["context"])
             results += [{**answer, "score": score} for answer, score in zip(answers, scores.tolist())]
         self.train(was_training)

@@ -12,6 +12,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from transformer_lab.models.bert import BertClassifierConfig, BertForSequenceClassification
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
 from transformer_lab.tasks.schedules import adamw_with_warmup
 
@@ -40,16 +41,17 @@ class SequenceClassificationTask(L.LightningModule):
         load_pretrained_bert(model.bert, pretrained)
         return model
 
-    def classify(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Class logits and any auxiliary training loss the model adds (none for BERT)."""
+    def classify(self, batch: dict) -> tuple[ModelOutput, torch.Tensor | None]:
+        """The model's output (class logits in `logits`) and any auxiliary training loss the task
+        adds (none for BERT)."""
         return self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"]), None
 
-    def forward(self, batch: dict) -> torch.Tensor:
+    def forward(self, batch: dict) -> ModelOutput:
         return self.classify(batch)[0]
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        logits, auxiliary = self.classify(batch)
-        loss = F.cross_entropy(logits, batch["labels"], label_smoothing=self.hparams.label_smoothing)
+        out, auxiliary = self.classify(batch)
+        loss = F.cross_entropy(out.logits, batch["labels"], label_smoothing=self.hparams.label_smoothing)
         size = len(batch["labels"])
         if auxiliary is not None:
             self.log("train/task_loss", loss, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
@@ -60,7 +62,7 @@ class SequenceClassificationTask(L.LightningModule):
         return loss
 
     def _evaluate(self, batch: dict, stage: str) -> None:
-        logits = self(batch)
+        logits = self(batch).logits
         size = len(batch["labels"])
         self.log(f"{stage}/loss", F.cross_entropy(logits, batch["labels"]), batch_size=size, sync_dist=True)
         predictions = self.metric_input(logits)

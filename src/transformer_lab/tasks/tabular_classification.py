@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torchmetrics import Accuracy, AUROC, F1Score
 
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
@@ -48,10 +49,10 @@ class TabularClassificationTask(SequenceClassificationTask):
     def metric_input(self, logits: torch.Tensor) -> torch.Tensor:
         return metric_input(logits.softmax(-1))  # ROC-AUC needs scores, not classes
 
-    def classify(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def classify(self, batch: dict) -> tuple[ModelOutput, torch.Tensor | None]:
         return self.model(batch["categorical"], batch["continuous"]), None
 
     @torch.no_grad()
     def predict_probabilities(self, categorical: torch.Tensor, continuous: torch.Tensor) -> torch.Tensor:
         self.model.eval()
-        return self.model(categorical, continuous).softmax(-1)
+        return self.model(categorical, continuous).logits.softmax(-1)

@@ -13,6 +13,7 @@ import lightning as L
 import numpy as np
 import torch
 
+from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig
 
 
@@ -25,7 +26,7 @@ class Word2VecTask(L.LightningModule):
         self.automatic_optimization = False
         self._epoch_start, self._epoch_words = 0.0, 0
 
-    def forward(self, batch: dict) -> torch.Tensor:
+    def forward(self, batch: dict) -> ModelOutput:
         return self.model(batch["context"], batch["context_mask"], batch["centres"])
 
     def learning_rate(self, progress: float) -> float:
@@ -60,7 +61,7 @@ class Word2VecTask(L.LightningModule):
         self._epoch_start, self._epoch_words = time.perf_counter(), 0
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.log("val/loss", self(batch).mean(), batch_size=len(batch["centres"]), sync_dist=True)
+        self.log("val/loss", self(batch).loss.mean(), batch_size=len(batch["centres"]), sync_dist=True)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.model.parameters(), lr=self.hparams.lr)

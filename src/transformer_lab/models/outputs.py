@@ -1,0 +1,51 @@
+"""The one output type every model's forward returns, whatever the family: Hugging Face's
+`ModelOutput` habit in miniature (named fields instead of tuples whose meaning differs per model).
+
+Every model fills `logits`, its main head; the other fields are None where a model has no such
+output. `attentions` is filled the same way everywhere: with `return_weights=True`, one tensor of
+attention weights per layer, in layer order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ModelOutput:
+    """logits: the main head.
+        JointIntentSlotModel, BertForJointIntentSlot: intent logits (batch, n_intents)
+        BertForPreTraining: masked-LM logits (batch, length, vocab), or (n_positions, vocab) at mlm_positions
+        BertForSequenceClassification, GPTForSequenceClassification, VisionTransformer,
+        TabTransformer: class logits (batch, n_classes) (GPT multiple choice: (batch, n_choices))
+        GPTLMHeadModel: next-token logits (batch, length, vocab)
+        BertForQuestionAnswering: span logits (batch, length, 2), = start_logits and end_logits stacked
+        Word2Vec: the score of every binary decision (batch, window or 1, decisions)
+    loss: a loss the model computes itself (Word2Vec: -log p(centre | context) per example, (batch,)).
+    aux_loss: a term the task adds to its loss with a weight: the mixture-of-experts load-balancing
+        loss summed over layers (GPT with ffn=moe), else None.
+    hidden_states: the last layer's states, (batch, tokens, d_model) (GPT classifier:
+        (batch, n_sequences, length, d_model)).
+    attentions: with return_weights=True, one (batch, heads, queries, keys) tensor per layer
+        (ViT window attention: per window, (batch * windows, heads, window², window²)).
+    The other heads:
+        slot_logits: one slot tag per token, (batch, length - 1, n_slots) after [CLS]
+            (JointIntentSlotModel) or (batch, length, n_slots) over every token (BertForJointIntentSlot)
+        start_logits, end_logits: (batch, length), the answer span's ends (BertForQuestionAnswering)
+        nsp_logits: next-sentence logits (batch, 2) (BertForPreTraining)
+        lm_logits: language-model logits over every input position (batch, n_sequences, length, vocab),
+            for GPT-1's auxiliary LM loss (GPTForSequenceClassification)
+    """
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None
+    attentions: list[torch.Tensor] | None = None
+    slot_logits: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None
+    end_logits: torch.Tensor | None = None
+    nsp_logits: torch.Tensor | None = None
+    lm_logits: torch.Tensor | None = None
