@@ -9,7 +9,7 @@ GPU ?=
 comma := ,
 EXTRAS := dev$(if $(GPU),$(comma)gpu)
 
-.PHONY: install run test ui clean
+.PHONY: install run test deps ui clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ run: install            ## the whole DVC pipeline on the embedded default data
 
 test: install           ## the test suite
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
+
+deps: install           ## rewrite dvc.yaml's source/config deps to what each stage runs and reads
+	$(BIN)/python -m transformer_lab.stage_deps
 
 ui: install             ## the MLflow UI over the project's local store, on 127.0.0.1:5000
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
