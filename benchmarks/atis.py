@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
         task = load_task(Path(tmp, "run", "checkpoints", "last.ckpt"), JointIntentSlotTask, "train_atis")
-        predicted = task.predict_words([e["words"] for e in splits["test"]])
+        predicted = task.predict([e["words"] for e in splits["test"]])
         scores = score_predictions([{**e, "words": [w.lower() for w in e["words"]]} for e in splits["test"]], predicted)
 
     result = {

@@ -148,7 +148,7 @@ def test_joint_bert_trains_on_atis_and_predicts_a_tag_per_word(prepared_atis, tm
     assert scores["val/loss"] < before["val/loss"] - 1.0 and scores["val/slot_f1"] > before["val/slot_f1"] + 0.25, (
         before, scores)
     words = "show me flights from boston to denver".split()
-    [prediction] = task.predict_words([words])
+    [prediction] = task.predict([words])
     assert len(prediction["slots"]) == len(words) and prediction["intent"] in task.hparams.intent_labels
 
 

@@ -233,8 +233,8 @@ def test_tiny_training_learns_and_predicts_offsets_that_slice_to_answers(tokeniz
     assert after > max(0.6, before + 0.3)
 
     examples = generate_qa(seed=9, n_train=20, n_validation=0, n_test=0, facts=["birth", "work"])["train"]
-    predictions = task.predict_answers([e["question"] for e in examples], [e["context"] for e in examples],
-                                       datamodule.tokenizer)
+    predictions = task.predict([e["question"] for e in examples], [e["context"] for e in examples],
+                               datamodule.tokenizer)
     for prediction, example in zip(predictions, examples):
         assert example["context"][prediction["start"]:prediction["end"]] == prediction["answer"] != ""
     assert sum(p["answer"] == e["answer_text"] for p, e in zip(predictions, examples)) >= 10

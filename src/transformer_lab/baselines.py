@@ -36,12 +36,13 @@ def fit(estimator, encoder: TabularEncoder, train: EncodedRows, validation: Enco
     return estimator
 
 
-def predict_probabilities(estimator, encoder: TabularEncoder, rows: EncodedRows) -> np.ndarray:
+def predict(estimator, encoder: TabularEncoder, rows: EncodedRows) -> np.ndarray:
+    """Class probabilities (rows, n_classes), as TabularClassificationTask.predict gives them."""
     return estimator.predict_proba(encoder.one_hot(rows))
 
 
 def score(estimator, encoder: TabularEncoder, rows: EncodedRows) -> dict[str, float]:
-    probabilities = torch.from_numpy(predict_probabilities(estimator, encoder, rows)).float()
+    probabilities = torch.from_numpy(predict(estimator, encoder, rows)).float()
     return score_probabilities(probabilities, torch.from_numpy(rows.labels))
 
 

@@ -48,7 +48,7 @@ def generate(cfg: DictConfig) -> dict:
     if cfg.get("output"):  # samples are logged only when written
         tracking.check_tracking(cfg)
     task = load_task(cfg.checkpoint, GPTPretrainingTask, "pretrain_gpt")
-    model = task.model.eval()
+    model = task.model
     tokenizer = load_tokenizer(cfg.tokenizer_path)
     if tokenizer.get_vocab_size() != model.config.vocab_size:
         raise TransformerLabError(f"{cfg.tokenizer_path}: {tokenizer.get_vocab_size()} tokens, but the checkpoint's "
@@ -60,8 +60,9 @@ def generate(cfg: DictConfig) -> dict:
     generator = torch.Generator().manual_seed(cfg.seed)
 
     start = time.perf_counter()
-    new = model.generate(prompt, cfg.max_new_tokens, cfg.strategy, cfg.temperature, cfg.top_k, cfg.top_p,
-                         eos_id=eos_id if cfg.stop_at_eos else None, generator=generator, use_cache=cfg.use_cache)
+    new = task.predict(prompt, cfg.max_new_tokens, strategy=cfg.strategy, temperature=cfg.temperature, top_k=cfg.top_k,
+                       top_p=cfg.top_p, eos_id=eos_id if cfg.stop_at_eos else None, generator=generator,
+                       use_cache=cfg.use_cache)
     seconds = time.perf_counter() - start
     samples = []
     for row in new.tolist():

@@ -12,7 +12,7 @@ def predict_text(task, text: str) -> dict:
     max_words = task.model.config.max_len - 1
     if len(words) > max_words:
         raise TransformerLabError(f"text has {len(words)} words; this model reads at most {max_words}")
-    result = task.predict_words([words])[0]
+    result = task.predict([words])[0]
     return {"intent": result["intent"], "words": words, "slots": result["slots"]}
 
 

@@ -64,7 +64,7 @@ def evaluate(cfg: DictConfig) -> dict:
     output_dir = Path(cfg.paths.output_dir)
     task = load_task(cfg.checkpoint, JointIntentSlotTask, "train_atis")
     gold = read_prepared_split(cfg.data.prepared_dir, cfg.split)
-    predicted = task.predict_words([g["words"] for g in gold])
+    predicted = task.predict([g["words"] for g in gold])
     metrics = score_predictions(gold, predicted)
     slot_rows, confusion_rows = per_slot_f1(gold, predicted), intent_confusion(gold, predicted)
 

@@ -32,11 +32,10 @@ def evaluate(cfg: DictConfig) -> dict:
         checkpoint = Path(directory, "checkpoints", "best.ckpt")
         if checkpoint.is_file():
             task = load_task(checkpoint, TabularClassificationTask, stage)
-            probabilities = task.predict_probabilities(torch.from_numpy(rows.categorical),
-                                                       torch.from_numpy(rows.continuous))
+            probabilities = task.predict(torch.from_numpy(rows.categorical), torch.from_numpy(rows.continuous))
         else:
             probabilities = torch.from_numpy(
-                baselines.predict_probabilities(baselines.load(directory, stage), encoder, rows)).float()
+                baselines.predict(baselines.load(directory, stage), encoder, rows)).float()
         comparison.append({"model": name, **score_probabilities(probabilities, labels)})
 
     metric_names = ["auroc", "acc", "f1"]

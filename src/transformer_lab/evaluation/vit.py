@@ -28,7 +28,7 @@ def evaluate(cfg: DictConfig) -> dict:
     datamodule.setup()
     dataset = datamodule.sets["validation" if cfg.split == "validation" else "test"]
     raw_images, labels = read_split(cfg.data.prepared_dir, cfg.split)
-    predictions = torch.cat([task.predict_images(dataset.images[i:i + 256])[0] for i in range(0, len(labels), 256)])
+    predictions, _ = task.predict(dataset.images)
     targets = torch.from_numpy(labels)
     classes = datamodule.classes
     n = len(classes)
@@ -46,7 +46,7 @@ def evaluate(cfg: DictConfig) -> dict:
     ]
     if task.model.config.attention == "global":  # windowed attention has no [CLS] token to read
         shown = list(range(min(cfg.attention_maps, len(labels))))
-        _, weights = task.predict_images(dataset.images[shown], return_weights=True)
+        _, weights = task.predict(dataset.images[shown], return_weights=True)
         grid = task.model.config.image_size // task.model.config.patch_size
         last = weights[-1].mean(dim=1)  # (images, 1 + patches, 1 + patches), mean over heads
         if task.model.config.pool == "cls":  # what the classifier reads: the [CLS] row

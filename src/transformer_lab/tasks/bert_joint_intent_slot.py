@@ -15,6 +15,7 @@ from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.models.bert import BertForJointIntentSlot, BertJointConfig
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
+from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
 
@@ -24,7 +25,7 @@ class BertJointIntentSlotTask(JointIntentSlotTask):
                  betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1, min_lr_ratio: float = 0.0,
                  slot_loss_coef: float = 1.0, label_smoothing: float = 0.0):
         """pretrained: a `pretrain_bert` checkpoint, "hf:NAME", or None for a random start.
-        The tokenizer path travels in the checkpoint so that predict can read raw words."""
+        The tokenizer path travels in the checkpoint so that predict() can read raw words."""
         super().__init__(model_config, [], intent_labels, slot_labels, lr=lr, weight_decay=weight_decay,
                          betas=betas, warmup_ratio=warmup_ratio, min_lr_ratio=min_lr_ratio,
                          slot_loss_coef=slot_loss_coef, label_smoothing=label_smoothing)
@@ -39,12 +40,10 @@ class BertJointIntentSlotTask(JointIntentSlotTask):
         out = self.model(input_ids, None, attention_mask)
         return replace(out, slot_logits=out.slot_logits[:, 1:])  # slot labels start after [CLS]
 
-    @torch.no_grad()
-    def predict_words(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
-        """Intent and one slot tag per word (read at the word's first piece)."""
+    @inference
+    def predict(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
+        """Intent and one slot tag per word (read at the word's first piece), as JointIntentSlotTask.predict."""
         specials = special_ids(self.tokenizer)
-        was_training = self.training
-        self.eval()
         results = []
         for start in range(0, len(utterances), batch_size):
             chunk = [[w.lower() for w in words] for words in utterances[start : start + batch_size]]
@@ -58,5 +57,4 @@ class BertJointIntentSlotTask(JointIntentSlotTask):
                 tags += ["O"] * (len(words) - len(tags))  # words cut by max_len
                 results.append({"intent": self.hparams.intent_labels[intent_id],
                                 "slots": ["O" if t == "UNK" else t for t in tags]})
-        self.train(was_training)
         return results

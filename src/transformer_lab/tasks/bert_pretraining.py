@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
 from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
+from transformer_lab.tasks.inference import batches, inference
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_warmup_linear
 from transformer_lab.tasks.throughput import TokenThroughput
@@ -69,3 +70,10 @@ class BertPretrainingTask(TokenThroughput, L.LightningModule):
         h = self.hparams
         return adamw_warmup_linear(self.model, h.lr, h.weight_decay, h.warmup_ratio,
                                    self.trainer.estimated_stepping_batches, h.betas)
+
+    @inference
+    def predict(self, batch: dict, batch_size: int = 256) -> torch.Tensor:
+        """The masked LM's most likely token at every position (rows, length) of an encoded batch
+        (input_ids, segment_ids, attention_mask); at the [MASK] positions, its fill-in."""
+        return torch.cat([self.model(chunk["input_ids"], chunk["segment_ids"], chunk["attention_mask"]).logits
+                          .argmax(-1).cpu() for chunk in batches(batch, batch_size, self.device)])

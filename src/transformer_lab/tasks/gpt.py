@@ -13,6 +13,7 @@ from torch import nn
 from transformer_lab.data.bert import IGNORE_INDEX
 from transformer_lab.models.gpt import GPTClassifierConfig, GPTConfig, GPTForSequenceClassification, GPTLMHeadModel
 from transformer_lab.models.outputs import ModelOutput
+from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_with_warmup
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
@@ -67,6 +68,13 @@ class GPTPretrainingTask(TokenThroughput, L.LightningModule):
         total = self.trainer.estimated_stepping_batches
         return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, min(h.warmup_steps, total), h.betas,
                                  decay="cosine", min_ratio=h.min_lr_ratio)
+
+    @inference
+    def predict(self, prompts: torch.Tensor, max_new_tokens: int, **sampling) -> torch.Tensor:
+        """The continuation (rows, <= max_new_tokens) of prompt ids (rows, length): GPTLMHeadModel.generate
+        with its sampling options (strategy, temperature, top_k, top_p, eos_id, generator, use_cache).
+        All rows in one batch, no batch_size: a sampled row's tokens depend on the batch it was drawn in."""
+        return self.model.generate(prompts.to(self.device), max_new_tokens, **sampling).cpu()
 
 
 class GPTClassificationTask(SequenceClassificationTask):

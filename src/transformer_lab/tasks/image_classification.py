@@ -9,6 +9,7 @@ from torch import nn
 
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.vit import ViTConfig, VisionTransformer
+from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
 
@@ -26,10 +27,17 @@ class ImageClassificationTask(SequenceClassificationTask):
     def classify(self, batch: dict) -> tuple[ModelOutput, torch.Tensor | None]:
         return self.model(batch["images"]), None
 
-    @torch.no_grad()
-    def predict_images(self, images: torch.Tensor, return_weights: bool = False) -> tuple[torch.Tensor, list]:
-        """Predicted classes, in eval mode, and with return_weights every block's attention weights
-        (computed explicitly, outside the fused kernel: ask only for the images you will plot)."""
-        self.model.eval()
-        out = self.model(images, return_weights=return_weights)
-        return out.logits.argmax(-1), out.attentions
+    @inference
+    def predict(self, images: torch.Tensor, batch_size: int = 256, return_weights: bool = False
+                ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Predicted classes (images,) of (images, C, H, W), batch_size images at a time, and with
+        return_weights every block's attention weights over all the images (computed explicitly,
+        outside the fused kernel: ask only for the images you will plot); else None."""
+        classes, attentions = [], []
+        for start in range(0, len(images), batch_size):
+            out = self.model(images[start:start + batch_size].to(self.device), return_weights=return_weights)
+            classes.append(out.logits.argmax(-1).cpu())
+            if return_weights:
+                attentions.append([weights.cpu() for weights in out.attentions])
+        per_layer = [torch.cat(layer) for layer in zip(*attentions)] if return_weights else None
+        return torch.cat(classes), per_layer

@@ -14,6 +14,7 @@ from transformer_lab.errors import TransformerLabError
 from transformer_lab.metrics import SlotF1
 from transformer_lab.models.encoder import JointIntentSlotConfig, JointIntentSlotModel
 from transformer_lab.models.outputs import ModelOutput
+from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
 
 
@@ -133,11 +134,10 @@ class JointIntentSlotTask(L.LightningModule):
         scheduler = warmup_cosine(optimizer, total, int(self.hparams.warmup_ratio * total), self.hparams.min_lr_ratio)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    @torch.no_grad()
-    def predict_words(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
-        """Intent and one slot tag per word for each utterance (a list of words)."""
-        was_training = self.training
-        self.eval()
+    @inference
+    def predict(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
+        """Intent and one slot tag per word for each utterance (a list of words):
+        [{"intent": str, "slots": [tag per word]}]."""
         results = []
         for start in range(0, len(utterances), batch_size):
             chunk = utterances[start : start + batch_size]
@@ -150,5 +150,4 @@ class JointIntentSlotTask(L.LightningModule):
                 tags = [self.hparams.slot_labels[i] for i in slot_ids[: len(words)]]
                 results.append({"intent": self.hparams.intent_labels[intent_id],
                                 "slots": ["O" if t == "UNK" else t for t in tags]})
-        self.train(was_training)
         return results

@@ -22,6 +22,7 @@ from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForQuestionAnswering
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
+from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.schedules import adamw_warmup_linear
 
 
@@ -98,7 +99,7 @@ class QuestionAnsweringTask(L.LightningModule):
                  tokenizer_path: str | None = None):
         super().__init__()
         # max_len, max_question_tokens and tokenizer_path come from the datamodule and travel in
-        # the checkpoint, so that predict_answers encodes text the way training did.
+        # the checkpoint, so that predict() encodes text the way training did.
         self.save_hyperparameters(logger=False)
         self.model = BertForQuestionAnswering(BertConfig(**model_config))
         if max_len > self.model.config.max_len:
@@ -155,9 +156,9 @@ class QuestionAnsweringTask(L.LightningModule):
         return adamw_warmup_linear(self.model, h.lr, h.weight_decay, h.warmup_ratio,
                                    self.trainer.estimated_stepping_batches)
 
-    @torch.no_grad()
-    def predict_answers(self, questions: list[str], contexts: list[str], tokenizer: Tokenizer,
-                        batch_size: int = 64) -> list[dict]:
+    @inference
+    def predict(self, questions: list[str], contexts: list[str], tokenizer: Tokenizer, batch_size: int = 64
+                ) -> list[dict]:
         """The best answer span for each (question, context): {"answer", "start", "end", "score"}
         with context[start:end] == answer (character offsets into the context)."""
         if len(questions) != len(contexts):
@@ -166,16 +167,14 @@ class QuestionAnsweringTask(L.LightningModule):
         examples = [{"question": q, "context": c} for q, c in zip(questions, contexts)]
         features = encode_examples(examples, tokenizer, specials, self.hparams.max_len,
                                    self.hparams.max_question_tokens)
-        was_training = self.training
-        self.eval()
         results = []
         for first in range(0, len(features), batch_size):
             batch = collate_qa(features[first:first + batch_size], specials["pad"])
             batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             out = self(batch)
             in_passage = batch["offsets"][..., 0] >= 0
-            starts, ends, scores = best_spans(out.start_logits, out.end_logits, in_passage, self.hparams.max_answer_tokens)
+            starts, ends, scores = best_spans(out.start_logits, out.end_logits, in_passage,
+                                              self.hparams.max_answer_tokens)
             answers = spans_to_answers(starts, ends, batch["offsets"], batch["context"])
             results += [{**answer, "score": score} for answer, score in zip(answers, scores.tolist())]
-        self.train(was_training)
         return results

@@ -14,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from transformer_lab.models.bert import BertClassifierConfig, BertForSequenceClassification
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
+from transformer_lab.tasks.inference import batches, inference
 from transformer_lab.tasks.schedules import adamw_with_warmup
 
 
@@ -81,3 +82,10 @@ class SequenceClassificationTask(L.LightningModule):
         total = self.trainer.estimated_stepping_batches
         return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, int(h.warmup_ratio * total),
                                  decay=self.lr_decay)
+
+    @inference
+    def predict(self, batch: dict, batch_size: int = 256) -> torch.Tensor:
+        """Class probabilities (rows, n_classes) of an encoded batch, as the datamodule collates it
+        (BERT: input_ids, segment_ids, attention_mask; GPT: input_ids, last), batch_size rows at a
+        time. The task keeps no tokenizer: encode text with the datamodule."""
+        return torch.cat([self(chunk).logits.softmax(-1).cpu() for chunk in batches(batch, batch_size, self.device)])

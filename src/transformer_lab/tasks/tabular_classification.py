@@ -52,7 +52,8 @@ class TabularClassificationTask(SequenceClassificationTask):
     def classify(self, batch: dict) -> tuple[ModelOutput, torch.Tensor | None]:
         return self.model(batch["categorical"], batch["continuous"]), None
 
-    @torch.no_grad()
-    def predict_probabilities(self, categorical: torch.Tensor, continuous: torch.Tensor) -> torch.Tensor:
-        self.model.eval()
-        return self.model(categorical, continuous).logits.softmax(-1)
+    def predict(self, categorical: torch.Tensor, continuous: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+        """Class probabilities (rows, n_classes) of encoded rows: categorical (rows, columns) indices and
+        continuous (rows, n_continuous), as TabularEncoder.transform gives them."""
+        # the classifiers' batched predict (and its @inference), with the rows as its batch
+        return super().predict({"categorical": categorical, "continuous": continuous}, batch_size)

@@ -13,8 +13,10 @@ import lightning as L
 import numpy as np
 import torch
 
+from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig
+from transformer_lab.tasks.inference import inference
 
 
 class Word2VecTask(L.LightningModule):
@@ -67,4 +69,16 @@ class Word2VecTask(L.LightningModule):
         return torch.optim.SGD(self.model.parameters(), lr=self.hparams.lr)
 
     def vectors(self) -> tuple[list[str], np.ndarray]:
+        """The whole vocabulary and its vectors, for export (word2vec text format)."""
         return self.hparams.words, self.model.input_vectors.weight.detach().cpu().numpy()
+
+    @inference
+    def predict(self, words: list[str]) -> torch.Tensor:
+        """The vectors (len(words), dim) of the given words. A lookup, so no batch_size."""
+        index = {word: i for i, word in enumerate(self.hparams.words)}
+        unknown = [word for word in words if word not in index]
+        if unknown:
+            raise TransformerLabError(f"not in the vocabulary: {', '.join(map(repr, unknown[:5]))} "
+                                      f"({len(unknown)} of {len(words)} words)")
+        rows = torch.tensor([index[word] for word in words], dtype=torch.long, device=self.device)
+        return self.model.input_vectors(rows).cpu()
