@@ -6,13 +6,15 @@ import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from transformer_lab.evaluation.tabular import evaluate  # noqa: E402
 from transformer_lab.utils.cli import pipeline, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate_tabular")
 @pipeline
 def main(cfg: DictConfig) -> None:
+    # imported here, not at the top: --help and a config Hydra rejects answer before torch loads
+    from transformer_lab.evaluation.tabular import evaluate
+
     for model, scores in evaluate(cfg).items():
         print(f"{model:20s} " + " ".join(f"{k}={v:.4f}" for k, v in scores.items()))
 

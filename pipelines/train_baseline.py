@@ -7,13 +7,15 @@ import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from transformer_lab.baselines import train_baseline  # noqa: E402
 from transformer_lab.utils.cli import pipeline, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_baseline")
 @pipeline
 def main(cfg: DictConfig) -> float | None:
+    # imported here, not at the top: --help and a config Hydra rejects answer before torch loads
+    from transformer_lab.baselines import train_baseline
+
     metrics = train_baseline(cfg)
     print(json.dumps(metrics, indent=1))
     return metrics.get("val/auroc")  # what a sweeper optimises

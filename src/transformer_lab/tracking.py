@@ -23,16 +23,9 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.hydra_callbacks import sweep_parent_run_id
 from transformer_lab.utils.io import atomic_write_json
+from transformer_lab.utils.resolvers import default_artifact_location
 
 RUN_REFERENCE = "mlflow_run.json"
-
-
-def default_artifact_location(tracking_dir: str, experiment: str) -> str | None:
-    """Where a new experiment keeps artifacts: mlruns/<experiment>/ beside the local store by
-    default, the server's choice when MLFLOW_TRACKING_URI points elsewhere."""
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return None
-    return Path(tracking_dir, "mlruns", experiment).resolve().as_uri()
 
 
 def experiment_id(client, name: str, tracking_dir: str) -> str:

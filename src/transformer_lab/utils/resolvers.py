@@ -1,10 +1,20 @@
-"""The project's own `${name:...}` config resolvers, registered before Hydra composes a config."""
+"""The project's own `${name:...}` config resolvers, registered before Hydra composes a config.
+Nothing heavy is imported here: every entry point registers them before it parses its command line."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from omegaconf import OmegaConf
 
-from transformer_lab.tracking import default_artifact_location
+
+def default_artifact_location(tracking_dir: str, experiment: str) -> str | None:
+    """Where a new MLflow experiment keeps artifacts: mlruns/<experiment>/ beside the local store
+    by default, the server's choice when MLFLOW_TRACKING_URI points elsewhere."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return None
+    return Path(tracking_dir, "mlruns", experiment).resolve().as_uri()
 
 
 def register_resolver(name: str, resolver) -> None:
