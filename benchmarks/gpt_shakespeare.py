@@ -147,7 +147,7 @@ def build_ours(data_dir: Path, iters: int, seed: int, bias: bool, activation: st
     config = GPTConfig(size="tiny", n_layers=RECIPE["n_layers"], n_heads=RECIPE["n_heads"],
                        d_model=RECIPE["d_model"], norm_first=True, max_len=RECIPE["block_size"],
                        dropout=RECIPE["dropout"], bias=bias, activation=activation, **datamodule.model_kwargs())
-    task = GPTPretrainingTask(config.to_dict(), lr=RECIPE["lr"], weight_decay=RECIPE["weight_decay"],
+    task = GPTPretrainingTask(config.to_dict(), datamodule.preprocessor.to_state(), lr=RECIPE["lr"], weight_decay=RECIPE["weight_decay"],
                               betas=RECIPE["betas"], warmup_steps=RECIPE["warmup_steps"],
                               min_lr_ratio=RECIPE["min_lr"] / RECIPE["lr"])
     return datamodule, task

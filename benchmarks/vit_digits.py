@@ -71,7 +71,7 @@ def small_cnn(prepared_dir: Path, epochs: int, seed: int) -> dict:
     size = datamodule.model_kwargs()["image_size"]
     model = nn.Sequential(nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
                           nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * (size // 2) ** 2, 128), nn.ReLU(),
-                          nn.Linear(128, len(datamodule.classes)))
+                          nn.Linear(128, len(datamodule.preprocessor.classes)))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def accuracy(split: str) -> float:

@@ -39,7 +39,8 @@ def train_ours(sentences, args, seed: int):
     import lightning as L
     import numpy as np
 
-    from transformer_lab.data.word2vec import Word2VecExamples, build_vocabulary, encode_sentences, keep_probabilities
+    from transformer_lab.data.word2vec import (Word2VecExamples, Word2VecPreprocessor, build_vocabulary,
+                                               encode_sentences, keep_probabilities)
     from transformer_lab.models.word2vec import Word2VecConfig
     from transformer_lab.tasks.word2vec import Word2VecTask
 
@@ -48,7 +49,8 @@ def train_ours(sentences, args, seed: int):
                                 args.window, args.batch_size, seed)
     config = Word2VecConfig(vocab_size=len(words), dim=100, architecture=args.architecture, negatives=5)
     L.seed_everything(seed, verbose=False)
-    task = Word2VecTask(config.to_dict(), words, counts.tolist(), update_size=args.update_size)
+    task = Word2VecTask(config.to_dict(), Word2VecPreprocessor(words, counts.tolist()).to_state(),
+                        update_size=args.update_size)
     counted = {"words": 0.0}
 
     class CountWords(L.Callback):

@@ -1,7 +1,9 @@
 """Generate text with a trained GPT:
 
     python pipelines/generate.py prompt="KING RICHARD:" max_new_tokens=200 strategy=sample \
-        temperature=0.8 top_k=40 top_p=0.95 seed=1 [checkpoint=...ckpt tokenizer_path=...json]
+        temperature=0.8 top_k=40 top_p=0.95 seed=1 [checkpoint=...ckpt]
+
+The checkpoint holds the tokenizer it was trained with.
 """
 
 

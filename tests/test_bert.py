@@ -200,7 +200,7 @@ def test_tiny_pretraining_learns_and_its_encoder_loads_for_fine_tuning(corpus_an
     L.seed_everything(0)
     dm = BertPretrainingDataModule(str(corpus), str(tokenizer), max_len=48, batch_size=32, max_documents=120)
     config = BertConfig(size="tiny", n_layers=1, d_model=64, n_heads=2, **dm.model_kwargs())
-    task = BertPretrainingTask(config.to_dict(), lr=2e-3)
+    task = BertPretrainingTask(config.to_dict(), dm.preprocessor.to_state(), lr=2e-3)
     trainer = L.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=tmp_path, num_sanity_val_steps=0)
     trainer.fit(task, dm)

@@ -82,9 +82,10 @@ def test_long_single_inputs_are_truncated_by_strategy(review_csv, tokenizer_path
                                       head_tokens=4, local_path=str(review_csv),
                                       columns={"text_a": "review", "text_b": None, "label": "label"})
     words = " ".join(f"{w}" for w in (GOOD + FILLER + BAD))
-    pieces = dm.tokenizer.encode(words, add_special_tokens=False).ids
-    ids = dm.encode(words)["input_ids"]
-    assert len(ids) == 12 and ids[0] == dm.specials["cls"] and ids[-1] == dm.specials["sep"]
+    p = dm.preprocessor
+    pieces = p.tokenizer.encode(words, add_special_tokens=False).ids
+    ids = p.encode(words)["input_ids"]
+    assert len(ids) == 12 and ids[0] == p.specials["cls"] and ids[-1] == p.specials["sep"]
     body = ids[1:-1]
     expected = {"head": pieces[:10], "tail": pieces[-10:], "head_tail": pieces[:4] + pieces[-6:]}[truncation]
     assert body == expected
@@ -100,7 +101,7 @@ def test_pairs_get_segment_ids_and_fit_max_len(tmp_path, tokenizer_path):
     batch = next(iter(dm.train_dataloader()))
     assert batch["input_ids"].shape[1] <= 16
     for ids, segments in zip(batch["input_ids"], batch["segment_ids"]):
-        sep = torch.nonzero(ids == dm.specials["sep"]).flatten()
+        sep = torch.nonzero(ids == dm.preprocessor.specials["sep"]).flatten()
         assert len(sep) == 2
         assert (segments[: sep[0] + 1] == 0).all() and (segments[sep[0] + 1 : sep[1] + 1] == 1).all()
 
@@ -111,7 +112,7 @@ def test_classifier_fine_tuning_learns_a_task_that_needs_the_text(review_csv, to
                                       local_path=str(review_csv),
                                       columns={"text_a": "review", "text_b": None, "label": "label"})
     config = BertClassifierConfig(size="tiny", n_layers=1, d_model=64, n_heads=2, **dm.model_kwargs())
-    task = SequenceClassificationTask(config.to_dict(), **dm.task_kwargs(), lr=2e-3)
+    task = SequenceClassificationTask(config.to_dict(), dm.preprocessor.to_state(), lr=2e-3)
     trainer = L.Trainer(max_epochs=8, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=tmp_path, num_sanity_val_steps=0)
     trainer.fit(task, dm)
@@ -121,14 +122,14 @@ def test_classifier_fine_tuning_learns_a_task_that_needs_the_text(review_csv, to
 
 def test_atis_words_keep_their_tag_on_the_first_piece(prepared_atis, tokenizer_path):
     dm = AtisBertDataModule(str(prepared_atis), str(tokenizer_path), max_examples=40)
-    specials = special_ids(dm.tokenizer)
-    ids, first = encode_words(dm.tokenizer, ["show", "flights", "to", "xyzzyville"], specials)
+    specials = special_ids(dm.preprocessor.tokenizer)
+    ids, first = encode_words(dm.preprocessor.tokenizer, ["show", "flights", "to", "xyzzyville"], specials)
     assert ids[0] == specials["cls"] and ids[-1] == specials["sep"] and first[0] == 1
     assert len(first) == 4 and first == sorted(first) and first[-1] < len(ids) - 1
     dm.setup()
     for example, row in zip(dm.examples["train"], read_prepared_split(prepared_atis, "train")):
         tagged = [label for label in example["slot_labels"] if label != IGNORE_INDEX]
-        assert [dm.labels.slot_labels[t] for t in tagged] == row["slots"]  # one tag per word, in order
+        assert [dm.preprocessor.slot_labels[t] for t in tagged] == row["slots"]  # one tag per word, in order
         assert len(example["slot_labels"]) == len(example["input_ids"]) - 1
 
 
@@ -138,7 +139,7 @@ def test_joint_bert_trains_on_atis_and_predicts_a_tag_per_word(prepared_atis, tm
     L.seed_everything(0)
     dm = AtisBertDataModule(str(prepared_atis), str(tmp_path / "atis_tokenizer.json"), batch_size=16)
     config = BertJointConfig(size="tiny", n_layers=1, d_model=64, n_heads=2, **dm.model_kwargs())
-    task = BertJointIntentSlotTask(config.to_dict(), **dm.task_kwargs(), lr=5e-3)
+    task = BertJointIntentSlotTask(config.to_dict(), dm.preprocessor.to_state(), lr=5e-3)
     trainer = L.Trainer(max_epochs=6, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=tmp_path, num_sanity_val_steps=0, inference_mode=False)
     before = trainer.validate(task, dm, verbose=False)[0]
@@ -149,7 +150,7 @@ def test_joint_bert_trains_on_atis_and_predicts_a_tag_per_word(prepared_atis, tm
         before, scores)
     words = "show me flights from boston to denver".split()
     [prediction] = task.predict([words])
-    assert len(prediction["slots"]) == len(words) and prediction["intent"] in task.hparams.intent_labels
+    assert len(prediction["slots"]) == len(words) and prediction["intent"] in task.preprocessor.intent_labels
 
 
 def test_paper_sweep_is_the_12_run_grid(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from conftest import PYTHON, ROOT, SHARED_DATA, run
 from transformer_lab.data.atis import (
     AtisDataModule,
-    AtisVocabulary,
+    AtisPreprocessor,
     examples_from_hub_rows,
     load_hub_atis,
     prepare_atis,
@@ -91,7 +91,7 @@ def test_unseen_words_and_labels_map_to_unk(tmp_path):
     }
     summary = prepare_atis(splits, tmp_path / "prepared")
     assert summary["test"]["unseen_intents"] == 1 and summary["test"]["unseen_slot_tags"] == 1
-    vocab = AtisVocabulary.from_prepared(tmp_path / "prepared")
+    vocab = AtisPreprocessor.from_prepared(tmp_path / "prepared")
     encoded = vocab.encode(splits["test"][0])
     assert encoded["input_ids"] == [vocab.cls_id, vocab.unk_id, vocab.word_id["to"], vocab.unk_id]
     assert encoded["intent_label"] == vocab.intent_id["UNK"]

@@ -1,13 +1,15 @@
 """The family registry is the one place a family is declared: it names classes that exist, covers every
 task config and DVC stage, and a combination no family declares is one line before anything is built."""
 
+import sys
+
 import pytest
 import yaml
 from hydra.utils import get_class, get_method
 
 from conftest import PYTHON, ROOT, run
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.families import FAMILIES, FamilyDataModule, check_combination, metric_mode
+from transformer_lab.families import FAMILIES, Preprocessor, check_combination, metric_mode
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -15,7 +17,11 @@ def test_every_family_names_classes_and_functions_that_exist(name):
     family = FAMILIES[name]
     for target in (family.model, family.config, family.task, family.datamodule):
         assert get_class(target)
-    assert issubclass(get_class(family.datamodule), FamilyDataModule)  # provides model_kwargs / task_kwargs
+    datamodule = get_class(family.datamodule)
+    assert callable(datamodule.model_kwargs)  # FamilyDataModule: model_kwargs() and a preprocessor
+    # declared on the class (built in __init__, or a property): a Preprocessor, to_state / from_state
+    declared = datamodule.__annotations__.get("preprocessor") or datamodule.preprocessor.fget.__annotations__["return"]
+    assert issubclass(eval(declared, vars(sys.modules[datamodule.__module__])), Preprocessor)
     if family.evaluator:
         assert callable(get_method(family.evaluator))
     assert family.metrics and all(m.mode in ("min", "max") for m in family.metrics)

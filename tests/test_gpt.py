@@ -8,7 +8,8 @@ import torch
 
 from conftest import PYTHON, ROOT, run
 from transformer_lab.data.corpus import prepare
-from transformer_lab.data.gpt import GPTClassificationDataModule, LanguageModelDataModule, TokenBlocks
+from transformer_lab.data.gpt import (GPTClassificationDataModule, GPTClassificationPreprocessor, GPTPreprocessor,
+                                     LanguageModelDataModule, TokenBlocks)
 from transformer_lab.data.tokenizers import END_OF_TEXT, GPT_SPECIAL, prepare_tokenizers, train_tokenizer
 from transformer_lab.errors import DataError, TransformerLabError
 from transformer_lab.models.attention import MultiHeadSelfAttention
@@ -211,7 +212,7 @@ def test_load_balancing_loss_is_one_for_a_uniform_router_and_is_logged():
     moe(torch.randn(2, 5, 8))
     assert moe.aux_loss.item() == pytest.approx(1.0)
     model = tiny(ffn="moe").train()
-    task = GPTPretrainingTask(model.config.to_dict())
+    task = GPTPretrainingTask(model.config.to_dict(), GPTPreprocessor(train_tokenizer("bpe", ["a b c"] * 3, 300)).to_state())
     out = task.model(torch.randint(0, 50, (2, 8)))
     assert out.logits.shape == (2, 8, 50) and out.aux_loss.item() >= 2 * 1.0 - 1e-6  # >= 1 per layer
     assert out.aux_loss.item() == task.model.gpt.moe_aux_loss().item()
@@ -242,19 +243,19 @@ def test_language_model_datamodule_streams_the_encoded_corpus(gpt_tokenizers):
     dm = LanguageModelDataModule(str(gpt_tokenizers / "tokenizers" / "char"), block_size=16, batch_size=4,
                                  samples_per_epoch=40, seed=3)
     dm.setup()
-    assert dm.model_kwargs()["eos_id"] == dm.tokenizer.token_to_id(END_OF_TEXT)
+    assert dm.model_kwargs()["eos_id"] == dm.preprocessor.tokenizer.token_to_id(END_OF_TEXT)
     stream = np.load(gpt_tokenizers / "tokenizers" / "char" / "validation.npy")
     assert len(dm.val_set) == len(range(0, len(stream) - 16, 16))  # non-overlapping blocks
     first = [b["input_ids"] for b in dm.train_dataloader()]
     assert len(first) == 10 and torch.equal(torch.cat(first), torch.cat([b["input_ids"] for b in dm.train_dataloader()]))
-    assert set(GPT_SPECIAL) <= set(dm.tokenizer.get_vocab())
+    assert set(GPT_SPECIAL) <= set(dm.preprocessor.tokenizer.get_vocab())
 
 
 def test_mixture_of_experts_pretraining_logs_the_balance_loss(gpt_tokenizers, tmp_path):
     dm = LanguageModelDataModule(str(gpt_tokenizers / "tokenizers" / "char"), block_size=16, batch_size=4,
                                  samples_per_epoch=16, max_eval_blocks=4)
     config = GPTConfig(n_layers=1, d_model=32, n_heads=2, max_len=16, ffn="moe", moe_top_k=1, **dm.model_kwargs())
-    task = GPTPretrainingTask(config.to_dict(), warmup_steps=1)
+    task = GPTPretrainingTask(config.to_dict(), dm.preprocessor.to_state(), warmup_steps=1)
     trainer = L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         enable_checkpointing=False, default_root_dir=tmp_path)
     trainer.fit(task, dm)
@@ -278,7 +279,6 @@ def test_tiny_gpt_pretraining_lowers_the_loss_and_generates(gpt_tokenizers, tmp_
 
     def sample(seed: int) -> dict:
         cfg = compose_config("generate", ["logger=none", f"train_dir={tmp_path}/train", "prompt=The ",
-                                          f"tokenizer_path={gpt_tokenizers}/tokenizers/char/tokenizer.json",
                                           "max_new_tokens=20", "num_samples=2", f"seed={seed}",
                                           f"output={tmp_path}/samples.json"], tmp_path / "gen")
         return generate(cfg)
@@ -288,17 +288,20 @@ def test_tiny_gpt_pretraining_lowers_the_loss_and_generates(gpt_tokenizers, tmp_
     assert json.loads((tmp_path / "samples.json").read_text())["samples"] == first["samples"]
     assert (tmp_path / "samples.txt").read_text().startswith("--- sample 0 ---\nThe ")
 
-    # the wrong tokenizer is one clear line and exit code 2
-    result = run([PYTHON, ROOT / "pipelines" / "generate.py", "logger=none", f"train_dir={tmp_path}/train",
-                  f"tokenizer_path={gpt_tokenizers}/tokenizers/bpe/tokenizer.json", f"hydra.run.dir={tmp_path}/g"])
-    assert result.returncode == 2 and result.stderr.strip().startswith("error:") and "vocabulary" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+    # the checkpoint holds its tokenizer: generation needs no tokenizer file (moved away here)
+    tokenizer_file = gpt_tokenizers / "tokenizers" / "char" / "tokenizer.json"
+    tokenizer_file.rename(tmp_path / "moved.json")
+    try:
+        assert sample(1)["samples"] == first["samples"]
+    finally:
+        (tmp_path / "moved.json").rename(tokenizer_file)
 
     # pre-trained body -> GPT-1 fine-tuning model
+    pretrained = GPTPretrainingTask.load_from_checkpoint(tmp_path / "train/checkpoints/best.ckpt", weights_only=True)
+    preprocessor = GPTClassificationPreprocessor(pretrained.preprocessor.tokenizer, ["a", "b"]).to_state()
     task = GPTClassificationTask(GPTClassifierConfig(**{**torch.load(
         tmp_path / "train/checkpoints/best.ckpt", weights_only=True)["hyper_parameters"]["model_config"],
-        "n_classes": 2}).to_dict(), ["a", "b"], pretrained=str(tmp_path / "train/checkpoints/best.ckpt"))
-    pretrained = GPTPretrainingTask.load_from_checkpoint(tmp_path / "train/checkpoints/best.ckpt", weights_only=True)
+        "n_classes": 2}).to_dict(), preprocessor, pretrained=str(tmp_path / "train/checkpoints/best.ckpt"))
     torch.testing.assert_close(task.model.gpt.token.weight, pretrained.model.gpt.token.weight)
 
 
@@ -352,15 +355,16 @@ def test_gpt1_input_formats(bpe_path, pairs_csv, format, sequences):
     dm.setup()
     batch = next(iter(dm.train_dataloader()))
     assert batch["input_ids"].shape[:2] == (8, sequences) and batch["input_ids"].shape[2] <= 12
+    p = dm.preprocessor
     example = dm.features["train"][0]["sequences"]
     for sequence in example:
-        assert sequence[0] == dm.start_id and sequence[-1] == dm.extract_id and len(sequence) <= 12
-        assert sequence.count(dm.delimiter_id) == (0 if format == "classification" else 1)
+        assert sequence[0] == p.start_id and sequence[-1] == p.extract_id and len(sequence) <= 12
+        assert sequence.count(p.delimiter_id) == (0 if format == "classification" else 1)
     if format == "similarity":  # both orders
-        a, b = (example[0][1:-1][:example[0].index(dm.delimiter_id) - 1], example[0][example[0].index(dm.delimiter_id) + 1:-1])
-        assert example[1] == [dm.start_id, *b, dm.delimiter_id, *a, dm.extract_id]
+        a, b = (example[0][1:-1][:example[0].index(p.delimiter_id) - 1], example[0][example[0].index(p.delimiter_id) + 1:-1])
+        assert example[1] == [p.start_id, *b, p.delimiter_id, *a, p.extract_id]
     rows, columns_ = torch.arange(8)[:, None], torch.arange(sequences)[None, :]
-    assert (batch["input_ids"][rows, columns_, batch["last"]] == dm.extract_id).all()
+    assert (batch["input_ids"][rows, columns_, batch["last"]] == p.extract_id).all()
     # the LM targets are the next tokens, nothing after the extract token
     ids, labels, last = batch["input_ids"][0, 0], batch["lm_labels"][0, 0], int(batch["last"][0, 0])
     assert torch.equal(labels[:last], ids[1:last + 1]) and (labels[last:] == -100).all()
@@ -375,8 +379,8 @@ def test_multiple_choice_scores_every_answer(bpe_path, tmp_path):
                                      batch_size=4)
     dm.setup()
     batch = next(iter(dm.train_dataloader()))
-    assert batch["input_ids"].shape[:2] == (4, 3) and dm.labels == ["0", "1", "2"]
-    model = GPTForSequenceClassification(GPTClassifierConfig(vocab_size=dm.tokenizer.get_vocab_size(), n_layers=1,
+    assert batch["input_ids"].shape[:2] == (4, 3) and dm.preprocessor.labels == ["0", "1", "2"]
+    model = GPTForSequenceClassification(GPTClassifierConfig(vocab_size=dm.preprocessor.tokenizer.get_vocab_size(), n_layers=1,
                                                              d_model=32, n_heads=2, **{k: v for k, v in dm.model_kwargs().items() if k != "vocab_size"}))
     out = model(batch["input_ids"], batch["last"])
     assert out.logits.shape == (4, 3) and out.lm_logits.shape[:3] == batch["input_ids"].shape
@@ -407,15 +411,15 @@ def test_gpt_fine_tuning_learns_and_the_lm_loss_is_optional(bpe_path, tmp_path):
                                      local_path=str(tmp_path / "reviews.csv"),
                                      columns={"text_a": "review", "text_b": None, "label": "label"})
     config = GPTClassifierConfig(n_layers=1, d_model=64, n_heads=2, max_len=16, dropout=0.0, **dm.model_kwargs())
-    task = GPTClassificationTask(config.to_dict(), **dm.task_kwargs(), lm_weight=0.5, lr=3e-3)
+    task = GPTClassificationTask(config.to_dict(), dm.preprocessor.to_state(), lm_weight=0.5, lr=3e-3)
     trainer = L.Trainer(max_epochs=8, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=tmp_path, num_sanity_val_steps=0)
     trainer.fit(task, dm)
     assert "train/aux_loss_epoch" in trainer.callback_metrics
     assert trainer.test(task, dm, verbose=False)[0]["test/acc"] >= 0.9
     dm.setup()
-    batch = dm.collate(dm.features["train"][:4])
-    silent = GPTClassificationTask(config.to_dict(), **dm.task_kwargs(), lm_weight=0.0).train()
+    batch = dm.preprocessor.collate(dm.features["train"][:4])
+    silent = GPTClassificationTask(config.to_dict(), dm.preprocessor.to_state(), lm_weight=0.0).train()
     assert silent.classify(batch)[1] is None and task.train().classify(batch)[1] > 0
 
 

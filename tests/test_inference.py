@@ -1,5 +1,6 @@
-"""One prediction interface: every task's `predict` runs without dropout or autograd, in batches,
-and hands the module back in the mode it came in (train or eval, per submodule, even on error)."""
+"""One prediction interface: every task's `predict` takes raw inputs, encodes them with the preprocessor
+that travels in its checkpoint, runs without dropout or autograd, in batches, and hands the module back
+in the mode it came in (train or eval, per submodule, even on error)."""
 
 import pytest
 import torch
@@ -20,10 +21,19 @@ def tokenizer_path(tmp_path_factory):
 
 
 def _cases(tokenizer_path) -> dict:
-    """name -> (tiny task, a call of its predict). Dropout stays on (0.1 by default) so that a
-    predict left in train mode would show up as two different answers."""
+    """name -> (tiny task, a call of its predict on raw inputs). Dropout stays on (0.1 by default) so
+    that a predict left in train mode would show up as two different answers."""
     from tokenizers import Tokenizer
 
+    from transformer_lab.data.atis import AtisPreprocessor
+    from transformer_lab.data.atis_bert import AtisBertPreprocessor
+    from transformer_lab.data.bert import BertPreprocessor
+    from transformer_lab.data.gpt import GPTClassificationPreprocessor, GPTPreprocessor
+    from transformer_lab.data.images import ImagePreprocessor
+    from transformer_lab.data.qa import QAPreprocessor
+    from transformer_lab.data.tabular import TableSchema, TabularEncoder, TabularPreprocessor
+    from transformer_lab.data.text_classification import TextClassificationPreprocessor
+    from transformer_lab.data.word2vec import Word2VecPreprocessor
     from transformer_lab.tasks.bert_joint_intent_slot import BertJointIntentSlotTask
     from transformer_lab.tasks.bert_pretraining import BertPretrainingTask
     from transformer_lab.tasks.gpt import GPTClassificationTask, GPTPretrainingTask
@@ -35,39 +45,52 @@ def _cases(tokenizer_path) -> dict:
     from transformer_lab.tasks.word2vec import Word2VecTask
 
     torch.manual_seed(0)
-    tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    bert = dict(vocab_size=tokenizer.get_vocab_size(), n_layers=1, d_model=16, n_heads=2, max_len=32)
-    gpt = dict(vocab_size=50, n_layers=1, d_model=16, n_heads=2, max_len=16)
+    wordpiece = Tokenizer.from_file(str(tokenizer_path))
+    bpe = gpt_tokenizer()
+    bert = dict(vocab_size=wordpiece.get_vocab_size(), n_layers=1, d_model=16, n_heads=2, max_len=32)
+    gpt = dict(vocab_size=bpe.get_vocab_size(), n_layers=1, d_model=16, n_heads=2, max_len=32)
     words = [text.split() for text in TEXTS]
     vocab = ["[PAD]", "[UNK]", "[CLS]", *sorted({w for text in words for w in text})]
-    ids = torch.randint(5, bert["vocab_size"], (5, 9))
-    encoded = {"input_ids": ids, "segment_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids).bool()}
-    sequences = {"input_ids": torch.randint(0, 50, (5, 1, 8)), "last": torch.full((5, 1), 7)}
-    prompts, images = torch.randint(0, 50, (2, 4)), torch.randn(5, 1, 8, 8)
-    rows = torch.tensor([[0, 1], [2, 3], [1, 0]]), torch.randn(3, 1)
+    masked = ["show me [MASK] from boston", "the [MASK] were [MASK] by a chemist"]
+    schema = TableSchema("toy", "y", categorical=["colour"], continuous=["size"])
+    encoder = TabularEncoder(["colour"], ["size"], {"colour": ["blue", "red"]}, {"size": 1.0}, {"size": 2.0}, [],
+                             ["no", "yes"])
+    rows = [{"colour": "red", "size": 1.5}, {"colour": "blue", "size": "?"}, {"colour": "green", "size": 0}]
+    images = torch.randint(0, 256, (5, 1, 8, 8), dtype=torch.uint8)
     return {
         "atis": (JointIntentSlotTask(dict(vocab_size=len(vocab), max_len=16, d_model=16, n_heads=2, n_layers=1,
-                                          n_intents=3, n_slots=4), vocab, INTENTS, SLOTS),
+                                          n_intents=3, n_slots=4), AtisPreprocessor(vocab, INTENTS, SLOTS).to_state()),
                  lambda task: task.predict(words, batch_size=3)),
-        "bert_atis": (BertJointIntentSlotTask({**bert, "n_intents": 3, "n_slots": 4}, INTENTS, SLOTS,
-                                              str(tokenizer_path)),
+        "bert_atis": (BertJointIntentSlotTask({**bert, "n_intents": 3, "n_slots": 4},
+                                              AtisBertPreprocessor(wordpiece, INTENTS, SLOTS, max_len=32).to_state()),
                       lambda task: task.predict(words, batch_size=3)),
-        "bert_qa": (QuestionAnsweringTask(bert, max_len=32, max_question_tokens=8),
-                    lambda task: task.predict(TEXTS[:2], TEXTS[2:], tokenizer, batch_size=1)),
-        "bert_classifier": (SequenceClassificationTask({**bert, "n_classes": 2}, ["neg", "pos"]),
-                            lambda task: task.predict(encoded, batch_size=2)),
-        "bert_pretraining": (BertPretrainingTask(bert), lambda task: task.predict(encoded, batch_size=2)),
-        "gpt_classifier": (GPTClassificationTask({**gpt, "n_classes": 2}, ["a", "b"]),
-                           lambda task: task.predict(sequences, batch_size=2)),
-        "gpt_pretraining": (GPTPretrainingTask(gpt), lambda task: task.predict(prompts, 5)),
-        "vit": (ImageClassificationTask(dict(image_size=8, n_layers=1, d_model=16, n_heads=2), list("0123456789")),
+        "bert_qa": (QuestionAnsweringTask(bert, QAPreprocessor(wordpiece, max_len=32, max_question_tokens=8).to_state()),
+                    lambda task: task.predict(TEXTS[:2], TEXTS[2:], batch_size=1)),
+        "bert_classifier": (SequenceClassificationTask({**bert, "n_classes": 2}, TextClassificationPreprocessor(
+                                wordpiece, ["neg", "pos"], max_len=32).to_state()),
+                            lambda task: task.predict([TEXTS[0], (TEXTS[1], TEXTS[2]), TEXTS[3]], batch_size=2)),
+        "bert_pretraining": (BertPretrainingTask(bert, BertPreprocessor(wordpiece, max_len=32).to_state()),
+                             lambda task: task.predict(masked, batch_size=1)),
+        "gpt_classifier": (GPTClassificationTask({**gpt, "n_classes": 2}, GPTClassificationPreprocessor(
+                               bpe, ["a", "b"], max_len=32).to_state()),
+                           lambda task: task.predict(TEXTS, batch_size=2)),
+        "gpt_pretraining": (GPTPretrainingTask(gpt, GPTPreprocessor(bpe).to_state()),
+                            lambda task: task.predict(["show me", "show me"], 5, strategy="greedy")),
+        "vit": (ImageClassificationTask(dict(image_size=8, n_layers=1, d_model=16, n_heads=2),
+                                        ImagePreprocessor(list("0123456789"), [0.3], [0.2]).to_state()),
                 lambda task: task.predict(images, batch_size=2, return_weights=True)),
-        "tabular": (TabularClassificationTask(dict(cardinalities=[3, 4], n_continuous=1, d_model=8, n_layers=1,
-                                                   n_heads=2), ["no", "yes"]),
-                    lambda task: task.predict(*rows, batch_size=2)),
-        "word2vec": (Word2VecTask(dict(vocab_size=4, dim=6), ["a", "b", "c", "d"], [9, 5, 3, 1]),
+        "tabular": (TabularClassificationTask(dict(cardinalities=encoder.cardinalities, n_continuous=1, d_model=8,
+                                                   n_layers=1, n_heads=2),
+                                              TabularPreprocessor(schema, encoder).to_state()),
+                    lambda task: task.predict(rows, batch_size=2)),
+        "word2vec": (Word2VecTask(dict(vocab_size=4, dim=6), Word2VecPreprocessor(["a", "b", "c", "d"],
+                                                                                 [9, 5, 3, 1]).to_state()),
                      lambda task: task.predict(["c", "a"])),
     }
+
+
+def gpt_tokenizer():
+    return train_tokenizer("bpe", TEXTS * 3, 300)
 
 
 CASES = ["atis", "bert_atis", "bert_qa", "bert_classifier", "bert_pretraining", "gpt_classifier",
@@ -117,16 +140,16 @@ def test_batching_does_not_change_predictions(tokenizer_path):
     words = [text.split() for text in TEXTS]
     assert atis.predict(words, batch_size=1) == atis.predict(words)
     vit, _ = cases["vit"]
-    images = torch.randn(7, 1, 8, 8)
+    images = torch.randint(0, 256, (7, 1, 8, 8), dtype=torch.uint8)
     classes, weights = vit.predict(images, batch_size=3, return_weights=True)
     whole, whole_weights = vit.predict(images, return_weights=True)
     assert torch.equal(classes, whole) and len(weights) == 1 and weights[0].shape == (7, 2, 17, 17)
     torch.testing.assert_close(weights[0], whole_weights[0])
     assert vit.predict(images)[1] is None
     tabular, _ = cases["tabular"]
-    categorical, continuous = torch.tensor([[0, 1], [2, 3], [1, 0], [2, 2]]), torch.randn(4, 1)
-    probabilities = tabular.predict(categorical, continuous, batch_size=3)
-    torch.testing.assert_close(probabilities, tabular.predict(categorical, continuous))
+    rows = [{"colour": c, "size": s} for c, s in (("red", 1), ("blue", None), ("green", "2.5"), (None, -1))]
+    probabilities = tabular.predict(rows, batch_size=3)
+    torch.testing.assert_close(probabilities, tabular.predict(rows))
     torch.testing.assert_close(probabilities.sum(-1), torch.ones(4))
     word2vec, _ = cases["word2vec"]
     torch.testing.assert_close(word2vec.predict(["c", "a"]), torch.from_numpy(word2vec.vectors()[1][[2, 0]]))

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from tokenizers import Tokenizer
 
 from transformer_lab.data.bert import special_ids
 from transformer_lab.data.qa import (QADataModule, char_to_token_span, encode_examples, generate_qa, load_qa,
@@ -222,7 +223,7 @@ def test_tiny_training_learns_and_predicts_offsets_that_slice_to_answers(tokeniz
     builtin = {"seed": 0, "n_train": 800, "n_validation": 100, "n_test": 10, "facts": ["birth", "work"]}
     datamodule = QADataModule(str(tokenizer_path), builtin=builtin, max_len=64, max_question_tokens=16, batch_size=16)
     config = {**datamodule.model_kwargs(), "n_layers": 2, "d_model": 64, "n_heads": 2, "max_len": 64, "dropout": 0.0}
-    task = QuestionAnsweringTask(config, pretrained=None, lr=2e-3, **datamodule.task_kwargs())
+    task = QuestionAnsweringTask(config, datamodule.preprocessor.to_state(), pretrained=None, lr=2e-3)
     # inference_mode=False: metric states reset under inference mode (the validation before fit)
     # could not be updated in place by fit's own validation.
     trainer = L.Trainer(max_epochs=12, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -233,8 +234,7 @@ def test_tiny_training_learns_and_predicts_offsets_that_slice_to_answers(tokeniz
     assert after > max(0.6, before + 0.3)
 
     examples = generate_qa(seed=9, n_train=20, n_validation=0, n_test=0, facts=["birth", "work"])["train"]
-    predictions = task.predict([e["question"] for e in examples], [e["context"] for e in examples],
-                               datamodule.tokenizer)
+    predictions = task.predict([e["question"] for e in examples], [e["context"] for e in examples])
     for prediction, example in zip(predictions, examples):
         assert example["context"][prediction["start"]:prediction["end"]] == prediction["answer"] != ""
     assert sum(p["answer"] == e["answer_text"] for p, e in zip(predictions, examples)) >= 10
@@ -255,4 +255,5 @@ def test_experiment_config_trains_through_the_pipeline(tmp_path, tokenizer_path,
         assert 0.0 <= metrics[key] <= 1.0
     assert (tmp_path / "checkpoints" / "best.ckpt").is_file()
     restored = QuestionAnsweringTask.load_from_checkpoint(tmp_path / "checkpoints" / "best.ckpt", pretrained=None)
-    assert restored.hparams.max_len == 128 and restored.hparams.tokenizer_path == str(tokenizer_path)
+    assert restored.preprocessor.max_len == 128  # the tokenizer itself travels in the checkpoint, not its path
+    assert restored.preprocessor.tokenizer.to_str() == Tokenizer.from_file(str(tokenizer_path)).to_str()

@@ -136,30 +136,66 @@ def test_logged_mlflow_model_reproduces_the_best_checkpoint(smoke_run, prepared_
     torch.testing.assert_close(ours.slot_logits, theirs.slot_logits)
 
 
-def test_embeddings_start_from_word2vec_vectors(tmp_path, smoke_overrides, prepared_atis):
+def _word2vec_file(path, words, dim=32):
     import numpy as np
-    import torch
-    from mlflow import MlflowClient
 
     from transformer_lab.word_vectors import save_word2vec_format
 
+    vectors = np.random.default_rng(0).normal(size=(len(words), dim)).astype(np.float32)
+    save_word2vec_format(path, words, vectors)
+    return vectors
+
+
+def test_embeddings_start_from_word2vec_vectors(tmp_path, smoke_overrides, prepared_atis):
+    import torch
+    from mlflow import MlflowClient
+
     vocab = json.loads((prepared_atis / "vocab.json").read_text())
-    words = vocab[3:13] + ["not-in-atis"]
-    vectors = np.random.default_rng(0).normal(size=(len(words), 32)).astype(np.float32)
-    save_word2vec_format(tmp_path / "vectors.txt", words, vectors)
+    vectors = _word2vec_file(tmp_path / "vectors.txt", vocab[3:13] + ["not-in-atis"])
     overrides = [*smoke_overrides, "model.d_model=32", "task.lr=0",  # lr 0: the weights stay as initialised
-                 "model.embeddings.init=word2vec", f"model.embeddings.vectors={tmp_path / 'vectors.txt'}"]
+                 "task.embeddings.init=word2vec", f"task.embeddings.vectors={tmp_path / 'vectors.txt'}"]
     train_run(overrides, tmp_path / "run")
     from transformer_lab.checkpoints import load_task
     from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
     task = load_task(tmp_path / "run/checkpoints/last.ckpt", JointIntentSlotTask, "train_atis")
-    table = task.model.encoder.token_embedding.weight[3:13].detach()
+    table = task.model.get_input_embeddings().weight[3:13].detach()
     ratios = table / torch.from_numpy(vectors[:10])
     torch.testing.assert_close(ratios, torch.full_like(ratios, ratios[0, 0].item()))  # the same vectors, one scale
     [mlflow_run] = MlflowClient().search_runs([MlflowClient().get_experiment_by_name("atis").experiment_id])
     assert mlflow_run.data.metrics["embeddings/word2vec_coverage"] == pytest.approx(10 / len(vocab))
-    assert mlflow_run.data.params["model.embeddings.init"] == "word2vec"
+    assert mlflow_run.data.params["task.embeddings.init"] == "word2vec"
+
+
+def test_a_resumed_run_keeps_its_trained_embeddings(tmp_path, smoke_overrides, prepared_atis, monkeypatch):
+    """The word2vec start applies once: a resumed run starts training from the checkpoint's weights
+    (it does not even read the vectors again)."""
+    import torch
+
+    from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
+
+    started = []  # the embedding table when training starts: after Lightning has restored a checkpoint
+    monkeypatch.setattr(JointIntentSlotTask, "on_train_start",
+                        lambda self: started.append(self.model.get_input_embeddings().weight.detach().clone()))
+    vocab = json.loads((prepared_atis / "vocab.json").read_text())
+    vectors = torch.from_numpy(_word2vec_file(tmp_path / "vectors.txt", vocab[3:13]))
+    overrides = [*smoke_overrides, "logger=none", "model.d_model=32", "task.embeddings.init=word2vec",
+                 f"task.embeddings.vectors={tmp_path / 'vectors.txt'}"]
+    train_run([*overrides, "trainer.max_epochs=1"], tmp_path / "run")
+    ratios = started[0][3:13] / vectors
+    torch.testing.assert_close(ratios, torch.full_like(ratios, ratios[0, 0].item()))  # the first run: word2vec
+    trained = torch.load(tmp_path / "run/checkpoints/last.ckpt", weights_only=True)["state_dict"]
+    (tmp_path / "vectors.txt").unlink()
+    train_run([*overrides, "trainer.max_epochs=2", "ckpt_path=last"], tmp_path / "run")
+    assert torch.equal(started[1], trained["model.encoder.token_embedding.weight"])
+    assert not torch.equal(started[1], started[0])
+
+
+def test_an_unknown_embedding_init_is_refused_by_name(tmp_path, smoke_overrides):
+    from transformer_lab.errors import TransformerLabError
+
+    with pytest.raises(TransformerLabError, match=r"task.embeddings.init='glove' is not one of random, word2vec"):
+        train_run([*smoke_overrides, "logger=none", "task.embeddings.init=glove"], tmp_path / "run")
 
 
 def test_word2vec_vectors_of_the_wrong_size_are_a_clear_error(tmp_path, smoke_overrides):
@@ -170,5 +206,5 @@ def test_word2vec_vectors_of_the_wrong_size_are_a_clear_error(tmp_path, smoke_ov
 
     save_word2vec_format(tmp_path / "v.txt", ["flights"], np.ones((1, 100), dtype=np.float32))
     with pytest.raises(TransformerLabError, match="vectors have 100 dimensions but model.d_model=128"):
-        train_run([*smoke_overrides, "model.embeddings.init=word2vec", f"model.embeddings.vectors={tmp_path / 'v.txt'}"],
+        train_run([*smoke_overrides, "task.embeddings.init=word2vec", f"task.embeddings.vectors={tmp_path / 'v.txt'}"],
                   tmp_path / "run")

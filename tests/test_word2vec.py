@@ -105,8 +105,8 @@ def test_windows_stay_inside_sentences_and_reach():
 @pytest.mark.parametrize("objective", ["negative", "hierarchical"])
 def test_tiny_corpus_trains_and_the_loss_falls(lee_corpus, architecture, objective):
     dm = Word2VecDataModule(str(lee_corpus), min_count=5, batch_size=1024)
-    task = Word2VecTask({**Word2VecConfig(vocab_size=len(dm.words), dim=32, architecture=architecture,
-                                          objective=objective).to_dict()}, dm.words, dm.counts.tolist())
+    task = Word2VecTask({**Word2VecConfig(vocab_size=len(dm.preprocessor.words), dim=32, architecture=architecture,
+                                          objective=objective).to_dict()}, dm.preprocessor.to_state())
     L.seed_everything(0)
     before = torch.cat([task(b).loss for b in dm.val_dataloader()]).mean().item()
     trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -56,6 +56,9 @@ def load_task(path: str | Path, task_class: type, stage: str):
     if not any(p.kind == p.VAR_KEYWORD for p in signature.values()):
         hparams = {k: v for k, v in hparams.items() if k in named}  # a base class's own, as Lightning does
     missing = sorted(n for n, p in named.items() if p.default is p.empty and n not in hparams)
+    if missing == ["preprocessor"]:  # this task's checkpoint, from before the preprocessor travelled in it
+        raise TransformerLabError(f"{path}: saved without its preprocessor state (a checkpoint of an older "
+                                  f"version, which predict cannot read raw inputs with); retrain: `dvc repro {stage}`")
     if missing:
         raise TransformerLabError(f"{path}: not a {task_class.__name__} checkpoint (its hyper-parameters lack "
                                   f"{missing[:3]}); use the one `dvc repro {stage}` writes")

@@ -43,14 +43,27 @@ class Family:
 
 
 @runtime_checkable
+class Preprocessor(Protocol):
+    """A family's whole encoding state (vocabulary or tokenizer, label names, lengths, statistics) and
+    the encoding of raw inputs into model features, used by its datamodule and by its task's predict."""
+
+    def to_state(self) -> dict:
+        """Plain JSON-able values only: the task keeps it in its checkpoint, which is read with
+        torch.load(weights_only=True)."""
+
+    @classmethod
+    def from_state(cls, state: dict) -> Preprocessor:
+        """The preprocessor back from to_state(); a state that lacks a key is one TransformerLabError."""
+
+
+@runtime_checkable
 class FamilyDataModule(Protocol):
     """What every datamodule provides besides Lightning's loaders: what only the data knows."""
 
+    preprocessor: Preprocessor  # train() hands `preprocessor.to_state()` to the task
+
     def model_kwargs(self) -> dict:
         """The model config's sizes that come from the data (vocabulary size, label counts, image size)."""
-
-    def task_kwargs(self) -> dict:
-        """What the task keeps in its checkpoint to read raw inputs later (label names, vocabulary)."""
 
 
 def _metrics(*pairs: str) -> tuple[Metric, ...]:

@@ -11,7 +11,6 @@ from omegaconf import DictConfig
 
 from transformer_lab import tracking
 from transformer_lab.checkpoints import load_task
-from transformer_lab.data.tokenizers import END_OF_TEXT, load_tokenizer
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.evaluation import log_into_training_run
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
@@ -47,32 +46,20 @@ def generate(cfg: DictConfig) -> dict:
     check_settings(cfg)
     if cfg.get("output"):  # samples are logged only when written
         tracking.check_tracking(cfg)
-    task = load_task(cfg.checkpoint, GPTPretrainingTask, "pretrain_gpt")
-    model = task.model
-    tokenizer = load_tokenizer(cfg.tokenizer_path)
-    if tokenizer.get_vocab_size() != model.config.vocab_size:
-        raise TransformerLabError(f"{cfg.tokenizer_path}: {tokenizer.get_vocab_size()} tokens, but the checkpoint's "
-                                  f"vocabulary has {model.config.vocab_size}; use the tokenizer it was trained with")
-    eos_id = tokenizer.token_to_id(END_OF_TEXT)
-    # an empty prompt starts a new document, as GPT-2 does: after an end-of-text token
-    prompt_ids = tokenizer.encode(cfg.prompt, add_special_tokens=False).ids if cfg.prompt else [eos_id]
-    prompt = torch.tensor([prompt_ids] * cfg.num_samples)
+    task = load_task(cfg.checkpoint, GPTPretrainingTask, "pretrain_gpt")  # its tokenizer travels inside
     generator = torch.Generator().manual_seed(cfg.seed)
 
     start = time.perf_counter()
-    new = task.predict(prompt, cfg.max_new_tokens, strategy=cfg.strategy, temperature=cfg.temperature, top_k=cfg.top_k,
-                       top_p=cfg.top_p, eos_id=eos_id if cfg.stop_at_eos else None, generator=generator,
-                       use_cache=cfg.use_cache)
+    new = task.predict([cfg.prompt] * cfg.num_samples, cfg.max_new_tokens, stop_at_eos=cfg.stop_at_eos,
+                       strategy=cfg.strategy, temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+                       generator=generator, use_cache=cfg.use_cache)
     seconds = time.perf_counter() - start
-    samples = []
-    for row in new.tolist():
-        if cfg.stop_at_eos and eos_id in row:
-            row = row[:row.index(eos_id)]
-        samples.append(tokenizer.decode(row))
+    samples = [row["text"] for row in new]
+    new_tokens = sum(len(row["token_ids"]) for row in new)
 
     result = {"prompt": cfg.prompt, "samples": samples, "strategy": cfg.strategy, "temperature": cfg.temperature,
               "top_k": cfg.top_k, "top_p": cfg.top_p, "seed": cfg.seed, "use_cache": cfg.use_cache,
-              "new_tokens": int(new.numel()), "tokens_per_s": new.numel() / seconds}
+              "new_tokens": new_tokens, "tokens_per_s": new_tokens / seconds}
     if cfg.get("output"):
         output = Path(cfg.output)
         atomic_write_json(output, result)

@@ -11,13 +11,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from transformer_lab import plots, tracking
 from transformer_lab.callbacks import RandomState
 from transformer_lab.checkpoints import read_checkpoint
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.families import Family, FamilyDataModule, check_combination
+from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.utils.cli import JOB_DIR_ENV
 from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
@@ -46,11 +47,10 @@ def check_resumable(ckpt_path: str, model_config: dict) -> None:
 
 
 def build_model_config(model: DictConfig, sizes: dict):
-    """The model's config object: the `model` node (less `embeddings`, a training choice) plus the sizes
-    that come from the data (vocabulary, label counts)."""
-    node = OmegaConf.masked_copy(model, [key for key in model if key != "embeddings"])
+    """The model's config object: the `model` node plus the sizes that come from the data (vocabulary,
+    label counts)."""
     try:
-        return instantiate(node, **sizes)
+        return instantiate(model, **sizes)
     except InstantiationException as err:
         if isinstance(err.__cause__, (ValueError, TypeError)):  # the config class's own check
             raise TransformerLabError(f"model: {err.__cause__}") from None
@@ -90,18 +90,19 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     datamodule = instantiate(cfg.data.datamodule)
     if not isinstance(datamodule, FamilyDataModule):
-        raise TransformerLabError(f"data.datamodule: {type(datamodule).__name__} lacks model_kwargs()/task_kwargs() "
+        raise TransformerLabError(f"data.datamodule: {type(datamodule).__name__} lacks model_kwargs()/preprocessor "
                                   "(families.FamilyDataModule)")
     model_config = build_model_config(cfg.model, datamodule.model_kwargs())
     if ckpt_path:
         check_resumable(ckpt_path, model_config.to_dict())
-    task = instantiate(cfg.task, model_config=model_config.to_dict(), **datamodule.task_kwargs(), _convert_="all")
-    embeddings = cfg.model.get("embeddings")  # how to initialise them: a training choice, not a model field
+    # The preprocessor's state goes in past Hydra: plain data (a tokenizer's JSON among it) that no
+    # config merge or ${...} interpolation should touch.
+    build_task = instantiate(cfg.task, model_config=model_config.to_dict(), _convert_="all", _partial_=True)
+    task = build_task(preprocessor=datamodule.preprocessor.to_state())
+    # task.embeddings: where token embeddings start. A resume continues the checkpoint's weights instead.
     coverage = None
-    if embeddings and embeddings.init == "word2vec":
-        coverage = task.load_word_vectors(str(Path(cfg.paths.root_dir, embeddings.vectors)))
-    elif embeddings and embeddings.init != "random":
-        raise TransformerLabError(f"model.embeddings.init={embeddings.init!r} is not 'random' or 'word2vec'")
+    if isinstance(task, TokenEmbeddings) and not ckpt_path:
+        coverage = task.initialise_embeddings(cfg.paths.root_dir)
 
     if cfg.get("compile") and cfg.compile.enabled:
         # In place: parameter names, checkpoints and the logged model are the same as without it.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from transformer_lab.errors import DataError
 from transformer_lab.data.hub import load_hub_dataset
+from transformer_lab.data.preprocessing import Preprocessor
 from transformer_lab.utils.io import atomic_directory, decode_utf8
 
 SPLITS = ("train", "dev", "test")
@@ -181,18 +183,25 @@ def read_prepared_split(prepared_dir: str | Path, split: str) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- encoding
-class AtisVocabulary:
-    """Maps words and labels to ids and back; anything unseen in train becomes UNK."""
+@dataclass(eq=False)
+class AtisPreprocessor(Preprocessor):
+    """Maps words and labels to ids and back; anything unseen in train becomes UNK.
 
-    def __init__(self, vocab: list[str], intent_labels: list[str], slot_labels: list[str], lowercase: bool = True):
-        self.vocab, self.intent_labels, self.slot_labels, self.lowercase = vocab, intent_labels, slot_labels, lowercase
-        self.word_id = {w: i for i, w in enumerate(vocab)}
-        self.intent_id = {label: i for i, label in enumerate(intent_labels)}
-        self.slot_id = {label: i for i, label in enumerate(slot_labels)}
+    State: vocab (id -> word, [PAD] [UNK] [CLS] first), intent_labels, slot_labels, lowercase."""
+
+    vocab: list[str]
+    intent_labels: list[str]
+    slot_labels: list[str]
+    lowercase: bool = True
+
+    def __post_init__(self):
+        self.word_id = {w: i for i, w in enumerate(self.vocab)}
+        self.intent_id = {label: i for i, label in enumerate(self.intent_labels)}
+        self.slot_id = {label: i for i, label in enumerate(self.slot_labels)}
         self.pad_id, self.unk_id, self.cls_id = self.word_id[PAD], self.word_id[UNK], self.word_id[CLS]
 
     @classmethod
-    def from_prepared(cls, prepared_dir: str | Path) -> "AtisVocabulary":
+    def from_prepared(cls, prepared_dir: str | Path) -> "AtisPreprocessor":
         prepared_dir = Path(prepared_dir)
         try:
             lists = {name: json.loads((prepared_dir / f"{name}.json").read_text())
@@ -201,6 +210,11 @@ class AtisVocabulary:
         except FileNotFoundError as err:
             raise DataError(f"{err.filename}: not found; run `dvc repro prepare_atis` or `python pipelines/prepare.py`") from None
         return cls(**lists, lowercase=lowercase)
+
+    @property
+    def tokens(self) -> list[str]:
+        """Token strings by embedding row."""
+        return self.vocab
 
     def encode_words(self, words: list[str]) -> list[int]:
         words = [w.lower() for w in words] if self.lowercase else words
@@ -213,6 +227,17 @@ class AtisVocabulary:
             "slot_labels": [self.slot_id.get(t, unk_slot) for t in example["slots"]],
             "intent_label": self.intent_id.get(example["intent"], self.intent_id[UNK_LABEL]),
         }
+
+    def batch(self, utterances: list[list[str]]) -> dict[str, torch.Tensor]:
+        """Model inputs (input_ids, attention_mask) of raw utterances (lists of words)."""
+        items = [{"input_ids": self.encode_words(words), "slot_labels": [0] * len(words), "intent_label": 0}
+                 for words in utterances]  # placeholder labels: collate pads them, the model never reads them
+        return collate(items, self.pad_id)
+
+    def decode(self, intent_id: int, slot_ids: list[int], n_words: int) -> dict:
+        """{"intent", "slots"} from predicted ids; an UNK slot reads as O."""
+        tags = [self.slot_labels[i] for i in slot_ids[:n_words]]
+        return {"intent": self.intent_labels[intent_id], "slots": ["O" if t == UNK_LABEL else t for t in tags]}
 
 
 def collate(batch: list[dict], pad_id: int = 0) -> dict[str, torch.Tensor]:
@@ -232,6 +257,8 @@ def collate(batch: list[dict], pad_id: int = 0) -> dict[str, torch.Tensor]:
 
 
 class AtisDataModule(L.LightningDataModule):
+    preprocessor: AtisPreprocessor
+
     def __init__(
         self,
         prepared_dir: str,
@@ -249,33 +276,27 @@ class AtisDataModule(L.LightningDataModule):
         self.prepared_dir = prepared_dir
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
         self.word_dropout, self.train_splits, self.max_examples = word_dropout, tuple(train_splits), max_examples
-        self.vocabulary = AtisVocabulary.from_prepared(prepared_dir)
+        self.preprocessor = AtisPreprocessor.from_prepared(prepared_dir)
         self.examples: dict[str, list[dict]] = {}
 
     def model_kwargs(self) -> dict:
         """The model config fields that only the data knows."""
-        v = self.vocabulary
-        return {"vocab_size": len(v.vocab), "n_intents": len(v.intent_labels), "n_slots": len(v.slot_labels),
-                "pad_id": v.pad_id}
-
-    def task_kwargs(self) -> dict:
-        """What the task keeps in its checkpoint to read raw text later."""
-        v = self.vocabulary
-        return {"vocab": v.vocab, "intent_labels": v.intent_labels, "slot_labels": v.slot_labels,
-                "lowercase": v.lowercase}
+        p = self.preprocessor
+        return {"vocab_size": len(p.vocab), "n_intents": len(p.intent_labels), "n_slots": len(p.slot_labels),
+                "pad_id": p.pad_id}
 
     def setup(self, stage: str | None = None) -> None:
         for split in SPLITS:
             if split not in self.examples:
                 rows = read_prepared_split(self.prepared_dir, split)[: self.max_examples]
-                self.examples[split] = [self.vocabulary.encode(row) for row in rows]
+                self.examples[split] = [self.preprocessor.encode(row) for row in rows]
 
     def _train_collate(self, batch: list[dict]) -> dict[str, torch.Tensor]:
-        out = collate(batch, self.vocabulary.pad_id)
+        out = collate(batch, self.preprocessor.pad_id)
         if self.word_dropout > 0:
             drop = (torch.rand(out["input_ids"].shape) < self.word_dropout) & out["attention_mask"]
             drop[:, 0] = False  # keep [CLS]
-            out["input_ids"] = out["input_ids"].masked_fill(drop, self.vocabulary.unk_id)
+            out["input_ids"] = out["input_ids"].masked_fill(drop, self.preprocessor.unk_id)
         return out
 
     def train_dataloader(self) -> DataLoader:
@@ -284,7 +305,7 @@ class AtisDataModule(L.LightningDataModule):
                           num_workers=self.num_workers)
 
     def _eval_loader(self, split: str) -> DataLoader:
-        return DataLoader(self.examples[split], self.eval_batch_size, collate_fn=functools.partial(collate, pad_id=self.vocabulary.pad_id),
+        return DataLoader(self.examples[split], self.eval_batch_size, collate_fn=functools.partial(collate, pad_id=self.preprocessor.pad_id),
                           num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:

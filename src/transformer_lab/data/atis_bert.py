@@ -10,13 +10,16 @@ Reads the prepared ATIS set of `prepare_atis`, so both models train on the same 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import lightning as L
 import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
-from transformer_lab.data.atis import IGNORE_INDEX, SPLITS, UNK_LABEL, AtisVocabulary, read_prepared_split
+from transformer_lab.data.atis import IGNORE_INDEX, SPLITS, UNK_LABEL, AtisPreprocessor, read_prepared_split
 from transformer_lab.data.bert import pad_batch, special_ids
+from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
 from transformer_lab.data.tokenizers import load_tokenizer
 
 
@@ -34,44 +37,78 @@ def encode_words(tokenizer: Tokenizer, words: list[str], specials: dict[str, int
     return ids + [specials["sep"]], first
 
 
+@dataclass(eq=False)
+class AtisBertPreprocessor(Preprocessor):
+    """ATIS words as WordPiece pieces, and the intent and slot labels.
+
+    State: tokenizer (its JSON), intent_labels, slot_labels, lowercase, max_len."""
+
+    tokenizer: Tokenizer
+    intent_labels: list[str]
+    slot_labels: list[str]
+    lowercase: bool = True
+    max_len: int = 128
+
+    def __post_init__(self):
+        self.specials = special_ids(self.tokenizer)
+        self.intent_id = {label: i for i, label in enumerate(self.intent_labels)}
+        self.slot_id = {label: i for i, label in enumerate(self.slot_labels)}
+
+    @classmethod
+    def from_files(cls, prepared_dir: str, tokenizer_path: str, max_len: int = 128) -> AtisBertPreprocessor:
+        labels = AtisPreprocessor.from_prepared(prepared_dir)  # the label lists and lowercasing of prepare_atis
+        return cls(load_tokenizer(tokenizer_path), labels.intent_labels, labels.slot_labels, labels.lowercase, max_len)
+
+    @property
+    def tokens(self) -> list[str]:
+        return tokenizer_tokens(self.tokenizer)
+
+    def encode_words(self, words: list[str]) -> tuple[list[int], list[int]]:
+        words = [w.lower() for w in words] if self.lowercase else words
+        return encode_words(self.tokenizer, words, self.specials, self.max_len)
+
+    def encode(self, example: dict) -> dict:
+        ids, first = self.encode_words(example["words"])
+        unk = self.slot_id[UNK_LABEL]
+        slots = [IGNORE_INDEX] * (len(ids) - 1)  # positions 1.. (after [CLS]), as the task's slot logits
+        for position, tag in zip(first, example["slots"]):
+            slots[position - 1] = self.slot_id.get(tag, unk)
+        intent = self.intent_id.get(example["intent"], self.intent_id[UNK_LABEL])
+        return {"input_ids": ids, "segment_ids": [0] * len(ids), "slot_labels": slots, "intent_label": intent}
+
+    def batch(self, utterances: list[list[str]]) -> tuple[dict, list[list[int]]]:
+        """Model inputs of raw utterances, and each word's first-piece position (where its tag is read)."""
+        encoded = [self.encode_words(words) for words in utterances]
+        batch = pad_batch([{"input_ids": ids, "segment_ids": [0] * len(ids)} for ids, _ in encoded],
+                          self.specials["pad"])
+        return batch, [first for _, first in encoded]
+
+
 class AtisBertDataModule(L.LightningDataModule):
+    preprocessor: AtisBertPreprocessor
+
     def __init__(self, prepared_dir: str, tokenizer_path: str, max_len: int = 128, batch_size: int = 32,
                  eval_batch_size: int = 256, max_examples: int | None = None, num_workers: int = 0):
         super().__init__()
-        self.prepared_dir, self.tokenizer_path, self.max_len = prepared_dir, tokenizer_path, max_len
+        self.prepared_dir = prepared_dir
         self.batch_size, self.eval_batch_size, self.max_examples, self.num_workers = (
             batch_size, eval_batch_size, max_examples, num_workers)
-        self.tokenizer = load_tokenizer(tokenizer_path)
-        self.specials = special_ids(self.tokenizer)
-        self.labels = AtisVocabulary.from_prepared(prepared_dir)  # intent and slot label lists
+        self.preprocessor = AtisBertPreprocessor.from_files(prepared_dir, tokenizer_path, max_len)
         self.examples: dict[str, list[dict]] = {}
 
     def model_kwargs(self) -> dict:
-        return {"vocab_size": self.tokenizer.get_vocab_size(), "pad_id": self.specials["pad"],
-                "n_intents": len(self.labels.intent_labels), "n_slots": len(self.labels.slot_labels)}
-
-    def task_kwargs(self) -> dict:
-        return {"intent_labels": self.labels.intent_labels, "slot_labels": self.labels.slot_labels,
-                "tokenizer_path": str(self.tokenizer_path)}
-
-    def encode(self, example: dict) -> dict:
-        words = [w.lower() for w in example["words"]] if self.labels.lowercase else example["words"]
-        ids, first = encode_words(self.tokenizer, words, self.specials, self.max_len)
-        slot_id, unk = self.labels.slot_id, self.labels.slot_id[UNK_LABEL]
-        slots = [IGNORE_INDEX] * (len(ids) - 1)  # positions 1.. (after [CLS]), as the task's slot logits
-        for position, tag in zip(first, example["slots"]):
-            slots[position - 1] = slot_id.get(tag, unk)
-        intent = self.labels.intent_id.get(example["intent"], self.labels.intent_id[UNK_LABEL])
-        return {"input_ids": ids, "segment_ids": [0] * len(ids), "slot_labels": slots, "intent_label": intent}
+        p = self.preprocessor
+        return {"vocab_size": p.tokenizer.get_vocab_size(), "pad_id": p.specials["pad"],
+                "n_intents": len(p.intent_labels), "n_slots": len(p.slot_labels)}
 
     def setup(self, stage: str | None = None) -> None:
         for split in SPLITS:
             if split not in self.examples:
                 rows = read_prepared_split(self.prepared_dir, split)[: self.max_examples]
-                self.examples[split] = [self.encode(row) for row in rows]
+                self.examples[split] = [self.preprocessor.encode(row) for row in rows]
 
     def collate(self, items: list[dict]) -> dict[str, torch.Tensor]:
-        batch = pad_batch(items, self.specials["pad"])
+        batch = pad_batch(items, self.preprocessor.specials["pad"])
         length = batch["input_ids"].shape[1]
         batch["slot_labels"] = torch.tensor([item["slot_labels"] + [IGNORE_INDEX] * (length - 1 - len(item["slot_labels"]))
                                              for item in items])

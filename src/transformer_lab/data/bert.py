@@ -8,6 +8,7 @@ document half of the time (IsNext) and a sentence from another document otherwis
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -17,6 +18,7 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
 from transformer_lab.data.corpus import read_documents
+from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
 from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.errors import DataError
 
@@ -142,8 +144,33 @@ class MaskingCollator:
         return batch
 
 
+@dataclass(eq=False)
+class BertPreprocessor(Preprocessor):
+    """Sentence pairs and texts as `[CLS] A [SEP] (B [SEP])` WordPiece ids. State: tokenizer (its JSON), max_len."""
+
+    tokenizer: Tokenizer
+    max_len: int = 128
+
+    def __post_init__(self):
+        self.specials = special_ids(self.tokenizer)
+
+    @property
+    def tokens(self) -> list[str]:
+        return tokenizer_tokens(self.tokenizer)
+
+    def batch(self, texts: list[str]) -> dict:
+        """Model inputs (input_ids, segment_ids, attention_mask) of raw texts, each `[CLS] text [SEP]`
+        (cut to max_len); `[MASK]` in a text is the mask token."""
+        encoded = [encode_pair(truncate(e.ids, self.max_len - 2), None, self.specials)
+                   for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
+        return pad_batch([{"input_ids": ids, "segment_ids": segments} for ids, segments in encoded],
+                         self.specials["pad"])
+
+
 class BertPretrainingDataModule(L.LightningDataModule):
     """Sentence pairs from the prepared corpus, tokenised with the trained WordPiece tokenizer."""
+
+    preprocessor: BertPreprocessor
 
     def __init__(self, prepared_dir: str, tokenizer_path: str, max_len: int = 128, mask_probability: float = 0.15,
                  batch_size: int = 32, eval_batch_size: int = 128, seed: int = 0, max_documents: int | None = None,
@@ -153,15 +180,12 @@ class BertPretrainingDataModule(L.LightningDataModule):
         self.prepared_dir, self.max_len, self.mask_probability = Path(prepared_dir), max_len, mask_probability
         self.batch_size, self.eval_batch_size, self.seed = batch_size, eval_batch_size, seed
         self.max_documents, self.num_workers, self.max_examples = max_documents, num_workers, max_examples
-        self.tokenizer = load_tokenizer(tokenizer_path)
-        self.specials = special_ids(self.tokenizer)
+        self.preprocessor = BertPreprocessor(load_tokenizer(tokenizer_path), max_len)
+        self.tokenizer, self.specials = self.preprocessor.tokenizer, self.preprocessor.specials
         self.examples: dict[str, list[dict]] = {}
 
     def model_kwargs(self) -> dict:
         return {"vocab_size": self.tokenizer.get_vocab_size(), "pad_id": self.specials["pad"]}
-
-    def task_kwargs(self) -> dict:
-        return {}
 
     def _examples(self, split: str) -> list[dict]:
         documents = read_documents(self.prepared_dir, split)[: self.max_documents]

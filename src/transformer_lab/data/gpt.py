@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from transformer_lab.data.bert import IGNORE_INDEX, truncate, truncate_pair
 from transformer_lab.data.corpus import read_documents
+from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
 from transformer_lab.data.text_classification import load_examples, split_examples, training_labels
 from transformer_lab.data.tokenizers import END_OF_TEXT, GPT_SPECIAL, load_tokenizer
 from transformer_lab.errors import DataError
@@ -60,7 +63,30 @@ class TokenBlocks(Dataset):
         return {"input_ids": chunk[:-1], "labels": chunk[1:]}
 
 
+@dataclass(eq=False)
+class GPTPreprocessor(Preprocessor):
+    """Text <-> token ids with the BPE or char tokenizer a GPT was trained on. State: tokenizer (its JSON)."""
+
+    tokenizer: Tokenizer
+
+    def __post_init__(self):
+        self.eos_id = self.tokenizer.token_to_id(END_OF_TEXT)
+
+    @property
+    def tokens(self) -> list[str]:
+        return tokenizer_tokens(self.tokenizer)
+
+    def encode(self, text: str) -> list[int]:
+        """The prompt's ids; an empty prompt starts a new document, as GPT-2 does: after an end-of-text token."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids if text else [self.eos_id]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+
 class LanguageModelDataModule(L.LightningDataModule):
+    preprocessor: GPTPreprocessor
+
     def __init__(self, tokenizer_dir: str, block_size: int = 128, batch_size: int = 32, eval_batch_size: int = 64,
                  samples_per_epoch: int = 32_000, max_eval_blocks: int | None = None, seed: int = 0,
                  num_workers: int = 0, max_examples: int | None = None):
@@ -71,7 +97,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         validation blocks (debug=smoke)."""
         super().__init__()
         self.tokenizer_dir = Path(tokenizer_dir)
-        self.tokenizer = load_tokenizer(self.tokenizer_dir / "tokenizer.json")
+        self.preprocessor = GPTPreprocessor(load_tokenizer(self.tokenizer_dir / "tokenizer.json"))
         self.block_size, self.batch_size, self.eval_batch_size = block_size, batch_size, eval_batch_size
         self.samples_per_epoch = min(samples_per_epoch, max_examples or samples_per_epoch)
         self.max_eval_blocks = min(x for x in (max_eval_blocks, max_examples, float("inf")) if x is not None)
@@ -81,10 +107,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.val_set: TokenBlocks | None = None
 
     def model_kwargs(self) -> dict:
-        return {"vocab_size": self.tokenizer.get_vocab_size(), "eos_id": self.tokenizer.token_to_id(END_OF_TEXT)}
-
-    def task_kwargs(self) -> dict:
-        return {}
+        return {"vocab_size": self.preprocessor.tokenizer.get_vocab_size(), "eos_id": self.preprocessor.eos_id}
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is None:
@@ -148,58 +171,30 @@ def read_choices_jsonl(path: Path) -> list[dict]:
     return examples
 
 
-class GPTClassificationDataModule(L.LightningDataModule):
-    """Examples {"text_a", "text_b" | "choices", "label"} in one of the GPT-1 formats, BPE or char
-    tokens, right-padded (the attention is causal, so padding after a sequence never reaches it).
+@dataclass(eq=False)
+class GPTClassificationPreprocessor(Preprocessor):
+    """Examples in one of the GPT-1 formats -> token sequences ending in the extract token, and
+    their right-padded batches. State: tokenizer (its JSON), labels, format, max_len."""
 
-    Sources: sentiment | next_sentence | local | hub as for BERT fine-tuning
-    (data.text_classification), and for multiple_choice: next_sentence_choices (built from the
-    prepared corpus) | local (.jsonl).
-    """
+    tokenizer: Tokenizer
+    labels: list[str]
+    format: str = "classification"
+    max_len: int = 128
 
-    def __init__(self, source: str, tokenizer_path: str, format: str = "classification", max_len: int = 128,
-                 batch_size: int = 16, eval_batch_size: int = 64, seed: int = 0, validation_fraction: float = 0.15,
-                 test_fraction: float = 0.15, n_choices: int = 4, local_path: str | None = None,
-                 columns: dict | None = None, hub_id: str | None = None, hub_config: str | None = None,
-                 prepared_dir: str | None = None, num_workers: int = 0, max_examples: int | None = None):
-        super().__init__()
-        if format not in FORMATS:
-            raise DataError(f"data.datamodule.format={format!r} is not one of {', '.join(FORMATS)}")
-        self.format, self.max_len = format, max_len
-        self.tokenizer = load_tokenizer(tokenizer_path)
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            raise DataError(f"data.datamodule.format={self.format!r} is not one of {', '.join(FORMATS)}")
         ids = {token: self.tokenizer.token_to_id(token) for token in (END_OF_TEXT, *GPT_SPECIAL)}
         missing = [token for token, i in ids.items() if i is None]
         if missing:
-            raise DataError(f"{tokenizer_path}: tokenizer lacks GPT's special tokens {' '.join(missing)}; "
+            raise DataError(f"tokenizer lacks GPT's special tokens {' '.join(missing)}; "
                             "use the bpe or char tokenizer of `train_tokenizers`")
         self.pad_id = ids[END_OF_TEXT]
         self.start_id, self.delimiter_id, self.extract_id = (ids[token] for token in GPT_SPECIAL)
-        self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
-        self.max_examples = max_examples  # examples kept per split (None = all; debug=smoke)
-        fractions = (validation_fraction, test_fraction)
-        if format == "multiple_choice":
-            if source == "next_sentence_choices":
-                documents = read_documents(prepared_dir, "validation")
-                examples = next_sentence_choices(documents, n_choices, random.Random(seed))
-            elif source == "local":
-                examples = read_choices_jsonl(Path(local_path or ""))
-            else:
-                raise DataError(f"data.source={source!r}: multiple_choice reads next_sentence_choices or local (.jsonl)")
-            self.splits = split_examples(examples, fractions, seed)
-            self.labels = [str(i) for i in range(max(len(e["choices"]) for e in examples))]  # answer positions
-        else:
-            self.splits = load_examples(source, seed=seed, fractions=fractions, local_path=local_path,
-                                        columns=columns, hub_id=hub_id, hub_config=hub_config,
-                                        prepared_dir=prepared_dir)
-            self.labels = training_labels(self.splits, source)
-        self.features: dict[str, list[dict]] = {}
 
-    def model_kwargs(self) -> dict:
-        return {"vocab_size": self.tokenizer.get_vocab_size(), "n_classes": len(self.labels),
-                "combine": FORMATS[self.format], "eos_id": self.pad_id}
-
-    def task_kwargs(self) -> dict:
-        return {"labels": self.labels}
+    @property
+    def tokens(self) -> list[str]:
+        return tokenizer_tokens(self.tokenizer)
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -225,13 +220,6 @@ class GPTClassificationDataModule(L.LightningDataModule):
             return [self._sequence(a, b)]
         return [self._sequence(a, b), self._sequence(b, a)]
 
-    def setup(self, stage: str | None = None) -> None:
-        label_id = {label: i for i, label in enumerate(self.labels)}
-        for split, examples in self.splits.items():
-            if split not in self.features:
-                self.features[split] = [{"sequences": self.encode(e), "label": label_id[e["label"]]}
-                                        for e in examples[: self.max_examples] if e["label"] in label_id]
-
     def collate(self, items: list[dict]) -> dict:
         """input_ids (batch, n_sequences, length); last: the extract token's index; lm_labels: the
         next token at every position (IGNORE_INDEX after the extract token and on padding)."""
@@ -251,8 +239,74 @@ class GPTClassificationDataModule(L.LightningDataModule):
         return {"input_ids": input_ids, "last": last, "lm_labels": lm_labels,
                 "labels": torch.tensor([item["label"] for item in items])}
 
+    def batch(self, inputs: list) -> dict:
+        """Model inputs of raw inputs: texts; (text_a, text_b) pairs (entailment, similarity); or
+        (context, [choice, ...]) for multiple_choice."""
+        examples = [{"text_a": x} if isinstance(x, str) else
+                    {"text_a": x[0], "choices": list(x[1])} if self.format == "multiple_choice" else
+                    {"text_a": x[0], "text_b": x[1]} for x in inputs]
+        return self.collate([{"sequences": self.encode(e), "label": 0} for e in examples])
+
+
+class GPTClassificationDataModule(L.LightningDataModule):
+    """Examples {"text_a", "text_b" | "choices", "label"} in one of the GPT-1 formats, BPE or char
+    tokens, right-padded (the attention is causal, so padding after a sequence never reaches it).
+
+    Sources: sentiment | next_sentence | local | hub as for BERT fine-tuning
+    (data.text_classification), and for multiple_choice: next_sentence_choices (built from the
+    prepared corpus) | local (.jsonl).
+    """
+
+    preprocessor: GPTClassificationPreprocessor
+
+    def __init__(self, source: str, tokenizer_path: str, format: str = "classification", max_len: int = 128,
+                 batch_size: int = 16, eval_batch_size: int = 64, seed: int = 0, validation_fraction: float = 0.15,
+                 test_fraction: float = 0.15, n_choices: int = 4, local_path: str | None = None,
+                 columns: dict | None = None, hub_id: str | None = None, hub_config: str | None = None,
+                 prepared_dir: str | None = None, num_workers: int = 0, max_examples: int | None = None):
+        super().__init__()
+        if format not in FORMATS:
+            raise DataError(f"data.datamodule.format={format!r} is not one of {', '.join(FORMATS)}")
+        tokenizer = load_tokenizer(tokenizer_path)
+        try:
+            GPTClassificationPreprocessor(tokenizer, ["?"], format, max_len)  # its checks, before the data is read
+        except DataError as err:
+            raise DataError(f"{tokenizer_path}: {err}") from None
+        self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
+        self.max_examples = max_examples  # examples kept per split (None = all; debug=smoke)
+        fractions = (validation_fraction, test_fraction)
+        if format == "multiple_choice":
+            if source == "next_sentence_choices":
+                documents = read_documents(prepared_dir, "validation")
+                examples = next_sentence_choices(documents, n_choices, random.Random(seed))
+            elif source == "local":
+                examples = read_choices_jsonl(Path(local_path or ""))
+            else:
+                raise DataError(f"data.source={source!r}: multiple_choice reads next_sentence_choices or local (.jsonl)")
+            self.splits = split_examples(examples, fractions, seed)
+            labels = [str(i) for i in range(max(len(e["choices"]) for e in examples))]  # answer positions
+        else:
+            self.splits = load_examples(source, seed=seed, fractions=fractions, local_path=local_path,
+                                        columns=columns, hub_id=hub_id, hub_config=hub_config,
+                                        prepared_dir=prepared_dir)
+            labels = training_labels(self.splits, source)
+        self.preprocessor = GPTClassificationPreprocessor(tokenizer, labels, format, max_len)
+        self.features: dict[str, list[dict]] = {}
+
+    def model_kwargs(self) -> dict:
+        p = self.preprocessor
+        return {"vocab_size": p.tokenizer.get_vocab_size(), "n_classes": len(p.labels),
+                "combine": FORMATS[p.format], "eos_id": p.pad_id}
+
+    def setup(self, stage: str | None = None) -> None:
+        label_id = {label: i for i, label in enumerate(self.preprocessor.labels)}
+        for split, examples in self.splits.items():
+            if split not in self.features:
+                self.features[split] = [{"sequences": self.preprocessor.encode(e), "label": label_id[e["label"]]}
+                                        for e in examples[: self.max_examples] if e["label"] in label_id]
+
     def _loader(self, split: str, batch_size: int, shuffle: bool = False) -> DataLoader:
-        return DataLoader(self.features[split], batch_size, shuffle=shuffle, collate_fn=self.collate,
+        return DataLoader(self.features[split], batch_size, shuffle=shuffle, collate_fn=self.preprocessor.collate,
                           num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:

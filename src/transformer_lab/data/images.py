@@ -14,6 +14,7 @@ test images.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -22,6 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from transformer_lab.data.hub import load_hub_dataset
+from transformer_lab.data.preprocessing import Preprocessor
 from transformer_lab.errors import DataError
 from transformer_lab.utils.io import atomic_directory
 
@@ -155,14 +157,48 @@ def read_split(prepared_dir: str | Path, split: str) -> tuple[np.ndarray, np.nda
         return data["images"], data["labels"]
 
 
+@dataclass(eq=False)
+class ImagePreprocessor(Preprocessor):
+    """uint8 images (N, C, H, W), 0..255 -> floats normalised by the training split's per-channel
+    statistics. State: classes, mean, std (per channel, in [0, 1] units)."""
+
+    classes: list[str]
+    mean: list[float]
+    std: list[float]
+
+    @classmethod
+    def from_prepared(cls, prepared_dir: str | Path) -> ImagePreprocessor:
+        prepared_dir = Path(prepared_dir)
+        for name in ("classes.json", "stats.json"):
+            if not (prepared_dir / name).is_file():
+                raise DataError(f"{prepared_dir / name}: not found; run `dvc repro prepare_images`")
+        stats = json.loads((prepared_dir / "stats.json").read_text())
+        return cls(json.loads((prepared_dir / "classes.json").read_text()), stats["mean"], stats["std"])
+
+    @property
+    def labels(self) -> list[str]:
+        return self.classes
+
+    def encode(self, images: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """Model inputs (N, C, H, W) float of raw uint8 images (N, C, H, W) or one (C, H, W)."""
+        images = torch.as_tensor(images)
+        if images.dtype != torch.uint8:
+            raise DataError(f"images are {images.dtype}; predict takes raw uint8 images (0..255), "
+                            "as the prepared splits store them")
+        images = images[None] if images.dim() == 3 else images
+        if images.dim() != 4 or images.shape[1] != len(self.mean):
+            raise DataError(f"images of shape {tuple(images.shape)}; expected (N, {len(self.mean)}, H, W)")
+        images = images.float().div_(255)
+        return (images - torch.tensor(self.mean)[:, None, None]) / torch.tensor(self.std)[:, None, None]
+
+
 class ImageSet(Dataset):
     """Normalised float images (C, H, W) with optional augmentation: a random crop of the image
     padded by `crop_padding` pixels (zeros) on each side, and a random horizontal flip."""
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray, mean: list[float], std: list[float],
+    def __init__(self, images: np.ndarray, labels: np.ndarray, preprocessor: ImagePreprocessor,
                  crop_padding: int = 0, horizontal_flip: bool = False):
-        self.images = torch.from_numpy(images).float().div_(255)
-        self.images = (self.images - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+        self.images = preprocessor.encode(images)
         self.labels = torch.from_numpy(labels)
         self.crop_padding, self.horizontal_flip = crop_padding, horizontal_flip
 
@@ -182,6 +218,8 @@ class ImageSet(Dataset):
 
 
 class ImageDataModule(L.LightningDataModule):
+    preprocessor: ImagePreprocessor
+
     def __init__(self, prepared_dir: str, batch_size: int = 64, eval_batch_size: int = 256, crop_padding: int = 0,
                  horizontal_flip: bool = False, num_workers: int = 0, max_examples: int | None = None):
         """crop_padding: random-crop augmentation (pixels of padding, 0 = off); horizontal_flip:
@@ -191,11 +229,7 @@ class ImageDataModule(L.LightningDataModule):
         self.prepared_dir = Path(prepared_dir)
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
         self.crop_padding, self.horizontal_flip, self.max_examples = crop_padding, horizontal_flip, max_examples
-        for name in ("classes.json", "stats.json"):
-            if not (self.prepared_dir / name).is_file():
-                raise DataError(f"{self.prepared_dir / name}: not found; run `dvc repro prepare_images`")
-        self.classes = json.loads((self.prepared_dir / "classes.json").read_text())
-        self.stats = json.loads((self.prepared_dir / "stats.json").read_text())
+        self.preprocessor = ImagePreprocessor.from_prepared(self.prepared_dir)
         self.sets: dict[str, ImageSet] = {}
 
     def image_shape(self) -> tuple[int, int, int]:
@@ -206,10 +240,7 @@ class ImageDataModule(L.LightningDataModule):
         channels, height, width = self.image_shape()
         if height != width:
             raise DataError(f"{self.prepared_dir}: images are {height}x{width}; the ViT here takes square images")
-        return {"image_size": height, "in_channels": channels, "n_classes": len(self.classes)}
-
-    def task_kwargs(self) -> dict:
-        return {"labels": self.classes}
+        return {"image_size": height, "in_channels": channels, "n_classes": len(self.preprocessor.classes)}
 
     def setup(self, stage: str | None = None) -> None:
         for split in SPLITS:
@@ -217,7 +248,7 @@ class ImageDataModule(L.LightningDataModule):
                 images, labels = read_split(self.prepared_dir, split)
                 images, labels = images[: self.max_examples], labels[: self.max_examples]
                 augment = split == "train"
-                self.sets[split] = ImageSet(images, labels, self.stats["mean"], self.stats["std"],
+                self.sets[split] = ImageSet(images, labels, self.preprocessor,
                                             self.crop_padding if augment else 0, self.horizontal_flip and augment)
 
     def train_dataloader(self) -> DataLoader:

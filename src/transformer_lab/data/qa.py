@@ -16,10 +16,10 @@ answer is not in what the model reads.
 from __future__ import annotations
 
 import collections
-import functools
 import json
 import random
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 
 from transformer_lab.data.bert import encode_pair, pad_batch, special_ids
 from transformer_lab.data.hub import load_hub_dataset
+from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
 from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.errors import DataError, TransformerLabError
 from transformer_lab.utils.io import decode_utf8
@@ -316,55 +317,76 @@ def collate_qa(features: list[dict], pad_id: int) -> dict:
     return batch
 
 
+@dataclass(eq=False)
+class QAPreprocessor(Preprocessor):
+    """(question, context) -> `[CLS] question [SEP] passage [SEP]` features with each passage
+    token's character span.
+
+    State: tokenizer (its JSON, the one BERT was pre-trained with), max_len, max_question_tokens."""
+
+    tokenizer: Tokenizer
+    max_len: int = 384
+    max_question_tokens: int = 64
+
+    def __post_init__(self):
+        if self.max_question_tokens > self.max_len - 4:
+            raise TransformerLabError(f"max_question_tokens={self.max_question_tokens} leaves no passage in "
+                                      f"max_len={self.preprocessor.max_len} tokens; lower it or raise max_len")
+        self.specials = special_ids(self.tokenizer)
+
+    @property
+    def tokens(self) -> list[str]:
+        return tokenizer_tokens(self.tokenizer)
+
+    def encode(self, examples: list[dict]) -> list[dict]:
+        """Features of examples {"question", "context"} (and, to train or score, the answer fields)."""
+        return encode_examples(examples, self.tokenizer, self.specials, self.max_len, self.max_question_tokens)
+
+    def collate(self, features: list[dict]) -> dict:
+        return collate_qa(features, self.specials["pad"])
+
+
 class QADataModule(L.LightningDataModule):
     """SQuAD-style examples tokenised with the WordPiece tokenizer BERT was pre-trained with."""
+
+    preprocessor: QAPreprocessor
 
     def __init__(self, tokenizer_path: str, source: str = "builtin", local_files: dict | None = None,
                  hub_id: str = "rajpurkar/squad", builtin: dict | None = None, max_len: int = 384,
                  max_question_tokens: int = 64, batch_size: int = 32, eval_batch_size: int = 128,
                  max_examples: int | None = None, num_workers: int = 0):
         super().__init__()
-        if max_question_tokens > max_len - 4:
-            raise TransformerLabError(f"max_question_tokens={max_question_tokens} leaves no passage in "
-                                      f"max_len={max_len} tokens; lower it or raise max_len")
         self.source, self.local_files, self.hub_id = source, dict(local_files or {}), hub_id
         self.builtin = dict(builtin or {})
-        self.tokenizer_path, self.max_len, self.max_question_tokens = tokenizer_path, max_len, max_question_tokens
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.max_examples, self.num_workers = max_examples, num_workers
-        self.tokenizer = load_tokenizer(tokenizer_path)
-        self.specials = special_ids(self.tokenizer)
+        # The task keeps this preprocessor's state, so that predict() encodes text the way training did.
+        self.preprocessor = QAPreprocessor(load_tokenizer(tokenizer_path), max_len, max_question_tokens)
         self.features: dict[str, list[dict]] = {}
 
     def model_kwargs(self) -> dict:
-        return {"vocab_size": self.tokenizer.get_vocab_size(), "pad_id": self.specials["pad"]}
-
-    def task_kwargs(self) -> dict:
-        # Stored in the checkpoint, so that predict_answers encodes text the way training did.
-        return {"max_len": self.max_len, "max_question_tokens": self.max_question_tokens,
-                "tokenizer_path": str(self.tokenizer_path)}
+        p = self.preprocessor
+        return {"vocab_size": p.tokenizer.get_vocab_size(), "pad_id": p.specials["pad"]}
 
     def setup(self, stage: str | None = None) -> None:
         if self.features:
             return
         splits = load_qa(self.source, self.local_files, self.hub_id, self.builtin)
         for split, examples in splits.items():
-            features = encode_examples(examples[: self.max_examples], self.tokenizer, self.specials, self.max_len,
-                                       self.max_question_tokens)
+            features = self.preprocessor.encode(examples[: self.max_examples])
             outside = sum(not f["answer_in_passage"] for f in features)
             if split == "train":
                 features = [f for f in features if f["answer_in_passage"]]
             if outside:
                 what = "dropped" if split == "train" else "kept as misses"
                 rank_zero_info(f"{split}: {outside} of {len(examples[: self.max_examples])} answers lie beyond "
-                               f"max_len={self.max_len} tokens ({what})")
+                               f"max_len={self.preprocessor.max_len} tokens ({what})")
             if not features:
-                raise DataError(f"{split}: no examples left (answers beyond max_len={self.max_len}?)")
+                raise DataError(f"{split}: no examples left (answers beyond max_len={self.preprocessor.max_len}?)")
             self.features[split] = features
 
     def _loader(self, split: str, batch_size: int, shuffle: bool = False) -> DataLoader:
-        collate = functools.partial(collate_qa, pad_id=self.specials["pad"])
-        return DataLoader(self.features[split], batch_size, shuffle=shuffle, collate_fn=collate,
+        return DataLoader(self.features[split], batch_size, shuffle=shuffle, collate_fn=self.preprocessor.collate,
                           num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:

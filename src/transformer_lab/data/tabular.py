@@ -36,6 +36,7 @@ import torch
 import yaml
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from transformer_lab.data.preprocessing import check_state
 from transformer_lab.errors import DataError
 from transformer_lab.utils.io import atomic_directory, atomic_write_json
 
@@ -87,10 +88,12 @@ class TableSchema:
         return [*self.categorical, *self.continuous]
 
 
-def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | None = None) -> pd.DataFrame:
+def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | None = None,
+               labelled: bool = True) -> pd.DataFrame:
     """The schema's columns of a CSV (or of `frame`, with `source` naming it in errors), parsed:
     categoricals as stripped strings (None = missing), continuous as floats (NaN = missing), the
-    label under LABEL, and each row's line in the file under LINE."""
+    label under LABEL (labelled=False: rows to predict, no target column), and each row's line in
+    the file under LINE."""
     if frame is None:
         try:
             frame = pd.read_csv(source, dtype=str, keep_default_na=False, skipinitialspace=True)
@@ -98,7 +101,7 @@ def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | No
             raise DataError(f"{source}:1: the file is empty (expected a header line naming the columns)") from None
         except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
             raise DataError(f"{source}: cannot read as CSV ({str(err).splitlines()[0]})") from None
-    absent = [c for c in [schema.target, *schema.features] if c not in frame.columns]
+    absent = [c for c in [schema.target] * labelled + schema.features if c not in frame.columns]
     if absent:
         raise DataError(f"{source}: column {absent[0]!r} named in the schema is not in the file "
                         f"(columns: {', '.join(map(str, frame.columns))})")
@@ -121,6 +124,8 @@ def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | No
             raise DataError(f"{source}:{lines[row]}: column {column!r}: {cells.iloc[row]!r} is not a number "
                             f"(nor a missing-value marker {sorted(missing - {''})})")
         out[column] = numbers.astype(float).to_numpy()
+    if not labelled:
+        return out
     target = text(schema.target)
     if target.isna().any():
         row = int(np.flatnonzero(target.isna().to_numpy())[0])
@@ -262,6 +267,13 @@ class TabularEncoder:
         return len(self.continuous) + len(self.indicators)
 
     def transform(self, rows: pd.DataFrame) -> EncodedRows:
+        codes, continuous = self.features(rows)
+        lookup = {name: i for i, name in enumerate(self.classes)}
+        labels = np.array([lookup[v] for v in rows[LABEL]], dtype=np.int64)
+        return EncodedRows(codes, continuous, labels)
+
+    def features(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """The categorical indices and continuous inputs of parsed rows (read_table's columns)."""
         codes = np.zeros((len(rows), len(self.categorical)), dtype=np.int64)
         for j, c in enumerate(self.categorical):
             index = {value: i + 2 for i, value in enumerate(self.categories[c])}
@@ -270,9 +282,7 @@ class TabularEncoder:
                    for c in self.continuous]
         columns += [rows[c].isna().to_numpy(dtype=float) for c in self.indicators]
         continuous = np.stack(columns, axis=1) if columns else np.zeros((len(rows), 0))
-        lookup = {name: i for i, name in enumerate(self.classes)}
-        labels = np.array([lookup[v] for v in rows[LABEL]], dtype=np.int64)
-        return EncodedRows(codes, continuous.astype(np.float32), labels)
+        return codes, continuous.astype(np.float32)
 
     def one_hot(self, encoded: EncodedRows) -> np.ndarray:
         """One-hot categoricals beside the continuous inputs: the flat features of the scikit-learn
@@ -288,6 +298,40 @@ class TabularEncoder:
         return cls(**data)
 
 
+@dataclass(eq=False)
+class TabularPreprocessor:
+    """Raw table rows (dicts or a DataFrame, cells as in the CSV) -> model inputs: parsed by the
+    schema (missing markers, numbers checked), encoded by the encoder fitted on the training rows.
+
+    State: {"schema": the TableSchema's fields, "encoder": the TabularEncoder's fields}."""
+
+    schema: TableSchema
+    encoder: TabularEncoder
+
+    def to_state(self) -> dict:
+        return {"schema": asdict(self.schema), "encoder": self.encoder.to_dict()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> TabularPreprocessor:
+        check_state(state, ["schema", "encoder"], cls.__name__)
+        return cls(TableSchema(**state["schema"]), TabularEncoder.from_dict(state["encoder"]))
+
+    @property
+    def labels(self) -> list[str]:
+        return self.encoder.classes
+
+    def batch(self, rows: pd.DataFrame | list[dict]) -> dict[str, torch.Tensor]:
+        """Model inputs (categorical, continuous) of raw rows; a row lacking a feature column, or a
+        continuous cell that is not a number, is one error naming the row."""
+        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+        categorical, continuous = self.encoder.features(read_table("rows", self.schema, frame, labelled=False))
+        return {"categorical": torch.from_numpy(categorical), "continuous": torch.from_numpy(continuous)}
+
+
+def read_schema(prepared_dir: str | Path) -> TableSchema:
+    return TableSchema(**json.loads((Path(prepared_dir) / "schema.json").read_text()))
+
+
 def read_prepared(prepared_dir: str | Path) -> tuple[pd.DataFrame, TableSchema, TabularEncoder]:
     """The prepared table, its schema, and the encoder fitted on its training split."""
     directory = Path(prepared_dir)
@@ -295,9 +339,9 @@ def read_prepared(prepared_dir: str | Path) -> tuple[pd.DataFrame, TableSchema, 
         raise DataError(f"{directory}: no prepared table; run `dvc repro prepare_tabular` "
                         "or `python pipelines/prepare.py data=tabular`")
     table = pd.read_parquet(directory / "table.parquet")
-    for column in json.loads((directory / "schema.json").read_text())["categorical"]:
+    schema = read_schema(directory)
+    for column in schema.categorical:
         table[column] = table[column].astype(object).where(table[column].notna(), None)
-    schema = TableSchema(**json.loads((directory / "schema.json").read_text()))
     encoder = TabularEncoder.from_dict(json.loads((directory / "encoder.json").read_text()))
     return table, schema, encoder
 
@@ -341,6 +385,8 @@ class TabularRows(Dataset):
 
 
 class TabularDataModule(L.LightningDataModule):
+    preprocessor: TabularPreprocessor
+
     def __init__(self, prepared_dir: str, batch_size: int = 64, eval_batch_size: int = 512, fold: int | None = None,
                  num_workers: int = 0, shuffle: bool = True, max_examples: int | None = None):
         """fold: None = the prepared train/validation/test split; k = cross-validation fold k held out
@@ -359,14 +405,15 @@ class TabularDataModule(L.LightningDataModule):
         cap = self.hparams.max_examples
         self.sets = {name: TabularRows(rows if cap is None else rows.head(cap)) for name, rows in encoded.items()}
 
+    @property
+    def preprocessor(self) -> TabularPreprocessor:
+        self.setup()  # the encoder of a cross-validation fold is fitted on that fold's training rows
+        return TabularPreprocessor(read_schema(self.hparams.prepared_dir), self.encoder)
+
     def model_kwargs(self) -> dict:
         self.setup()
         return {"cardinalities": self.encoder.cardinalities, "n_continuous": self.encoder.n_continuous,
                 "n_classes": len(self.encoder.classes)}
-
-    def task_kwargs(self) -> dict:
-        self.setup()
-        return {"labels": self.encoder.classes}
 
     def _loader(self, name: str, training: bool) -> DataLoader:
         size = self.hparams.batch_size if training else self.hparams.eval_batch_size

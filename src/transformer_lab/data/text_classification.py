@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import csv
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
 from transformer_lab.data.bert import encode_pair, next_sentence_pairs, pad_batch, special_ids, truncate, truncate_pair
 from transformer_lab.data.corpus import read_documents
 from transformer_lab.data.hub import load_hub_dataset
+from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
 from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.errors import DataError
 from transformer_lab.utils.io import decode_utf8
@@ -135,33 +138,25 @@ def training_labels(splits: dict[str, list[dict]], source: str) -> list[str]:
     return labels
 
 
-class TextClassificationDataModule(L.LightningDataModule):
+@dataclass(eq=False)
+class TextClassificationPreprocessor(Preprocessor):
     """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with segment ids; long single inputs cut by
-    `truncation` (head | tail | head_tail), pairs by BERT's longest-first rule."""
+    `truncation` (head | tail | head_tail), pairs by BERT's longest-first rule.
 
-    def __init__(self, source: str, tokenizer_path: str, max_len: int = 128, truncation: str = "head",
-                 head_tokens: int = 128, batch_size: int = 32, eval_batch_size: int = 128, seed: int = 0,
-                 validation_fraction: float = 0.15, test_fraction: float = 0.15, local_path: str | None = None,
-                 columns: dict | None = None, hub_id: str | None = None, hub_config: str | None = None,
-                 prepared_dir: str | None = None, num_workers: int = 0, max_examples: int | None = None):
-        super().__init__()
-        self.tokenizer = load_tokenizer(tokenizer_path)
+    State: tokenizer (its JSON), labels, max_len, truncation, head_tokens."""
+
+    tokenizer: Tokenizer
+    labels: list[str]
+    max_len: int = 128
+    truncation: str = "head"
+    head_tokens: int = 128
+
+    def __post_init__(self):
         self.specials = special_ids(self.tokenizer)
-        self.max_len, self.truncation, self.head_tokens = max_len, truncation, head_tokens
-        self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
-        self.max_examples = max_examples  # examples kept per split (None = all; debug=smoke)
-        self.splits = load_examples(source, seed=seed, fractions=(validation_fraction, test_fraction),
-                                    local_path=local_path, columns=columns, hub_id=hub_id, hub_config=hub_config,
-                                    prepared_dir=prepared_dir)
-        self.labels = training_labels(self.splits, source)
-        self.features: dict[str, list[dict]] = {}
 
-    def model_kwargs(self) -> dict:
-        return {"vocab_size": self.tokenizer.get_vocab_size(), "pad_id": self.specials["pad"],
-                "n_classes": len(self.labels)}
-
-    def task_kwargs(self) -> dict:
-        return {"labels": self.labels}
+    @property
+    def tokens(self) -> list[str]:
+        return tokenizer_tokens(self.tokenizer)
 
     def encode(self, text_a: str, text_b: str | None = None) -> dict:
         a = self.tokenizer.encode(text_a, add_special_tokens=False).ids
@@ -172,16 +167,48 @@ class TextClassificationDataModule(L.LightningDataModule):
         ids, segments = encode_pair(a, b, self.specials)
         return {"input_ids": ids, "segment_ids": segments}
 
+    def batch(self, texts: list[str | tuple[str, str]]) -> dict:
+        """Model inputs (input_ids, segment_ids, attention_mask) of raw texts or (text_a, text_b) pairs."""
+        return pad_batch([self.encode(text) if isinstance(text, str) else self.encode(*text) for text in texts],
+                         self.specials["pad"])
+
+
+class TextClassificationDataModule(L.LightningDataModule):
+    """Labelled texts or text pairs, encoded by TextClassificationPreprocessor."""
+
+    preprocessor: TextClassificationPreprocessor
+
+    def __init__(self, source: str, tokenizer_path: str, max_len: int = 128, truncation: str = "head",
+                 head_tokens: int = 128, batch_size: int = 32, eval_batch_size: int = 128, seed: int = 0,
+                 validation_fraction: float = 0.15, test_fraction: float = 0.15, local_path: str | None = None,
+                 columns: dict | None = None, hub_id: str | None = None, hub_config: str | None = None,
+                 prepared_dir: str | None = None, num_workers: int = 0, max_examples: int | None = None):
+        super().__init__()
+        tokenizer = load_tokenizer(tokenizer_path)  # before the data: a missing file fails fast
+        self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
+        self.max_examples = max_examples  # examples kept per split (None = all; debug=smoke)
+        self.splits = load_examples(source, seed=seed, fractions=(validation_fraction, test_fraction),
+                                    local_path=local_path, columns=columns, hub_id=hub_id, hub_config=hub_config,
+                                    prepared_dir=prepared_dir)
+        self.preprocessor = TextClassificationPreprocessor(tokenizer,
+                                                           training_labels(self.splits, source), max_len,
+                                                           truncation, head_tokens)
+        self.features: dict[str, list[dict]] = {}
+
+    def model_kwargs(self) -> dict:
+        p = self.preprocessor
+        return {"vocab_size": p.tokenizer.get_vocab_size(), "pad_id": p.specials["pad"], "n_classes": len(p.labels)}
+
     def setup(self, stage: str | None = None) -> None:
-        label_id = {label: i for i, label in enumerate(self.labels)}
+        label_id = {label: i for i, label in enumerate(self.preprocessor.labels)}
         for split in SPLITS:
             if split not in self.features:
                 # A label unseen in training cannot be predicted; such examples are left out of scoring.
-                self.features[split] = [{**self.encode(e["text_a"], e["text_b"]), "label": label_id[e["label"]]}
+                self.features[split] = [{**self.preprocessor.encode(e["text_a"], e["text_b"]), "label": label_id[e["label"]]}
                                         for e in self.splits[split][: self.max_examples] if e["label"] in label_id]
 
     def collate(self, items: list[dict]) -> dict:
-        batch = pad_batch(items, self.specials["pad"])
+        batch = pad_batch(items, self.preprocessor.specials["pad"])
         batch["labels"] = torch.tensor([item["label"] for item in items])
         return batch
 

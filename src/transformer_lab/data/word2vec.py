@@ -4,6 +4,7 @@ frequent-word subsampling, dynamic windows, and (centre, context) batches."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -12,7 +13,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from transformer_lab.data.corpus import read_documents, word_tokens
-from transformer_lab.errors import DataError
+from transformer_lab.data.preprocessing import Preprocessor
+from transformer_lab.errors import DataError, TransformerLabError
 
 
 def build_vocabulary(sentences: list[list[str]], min_count: int) -> tuple[list[str], np.ndarray]:
@@ -61,6 +63,33 @@ def training_windows(sentences: list[np.ndarray], keep: np.ndarray, window: int,
     has_context = valid.any(1)
     context = np.where(valid, tokens[positions], 0)[has_context]
     return context, valid[has_context], tokens[has_context]
+
+
+@dataclass(eq=False)
+class Word2VecPreprocessor(Preprocessor):
+    """Words <-> vector rows. State: words (most frequent first), counts (their training counts,
+    which the hierarchical softmax's Huffman tree is built from)."""
+
+    words: list[str]
+    counts: list[int]
+
+    def __post_init__(self):
+        self.index = {w: i for i, w in enumerate(self.words)}
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.words
+
+    def encode(self, words: list[str]) -> list[int]:
+        """The rows of the given words; a word outside the vocabulary is an error naming it."""
+        unknown = [word for word in words if word not in self.index]
+        if unknown:
+            raise TransformerLabError(f"not in the vocabulary: {', '.join(map(repr, unknown[:5]))} "
+                                      f"({len(unknown)} of {len(words)} words)")
+        return [self.index[word] for word in words]
+
+    def encode_sentences(self, sentences: list[list[str]]) -> list[np.ndarray]:
+        return encode_sentences(sentences, self.words)
 
 
 class Word2VecExamples(IterableDataset):
@@ -112,6 +141,8 @@ class Word2VecExamples(IterableDataset):
 
 
 class Word2VecDataModule(L.LightningDataModule):
+    preprocessor: Word2VecPreprocessor
+
     def __init__(self, prepared_dir: str, min_count: int = 5, sample: float = 1e-3, window: int = 5,
                  batch_size: int = 32768, seed: int = 0,
                  max_documents: int | None = None, max_examples: int | None = None):
@@ -120,20 +151,19 @@ class Word2VecDataModule(L.LightningDataModule):
         self.prepared_dir, self.min_count, self.sample, self.window = Path(prepared_dir), min_count, sample, window
         self.batch_size, self.seed, self.max_documents, self.max_examples = batch_size, seed, max_documents, max_examples
         self.train_sentences = self._sentences("train")
-        self.words, self.counts = build_vocabulary(self.train_sentences, min_count)
+        words, counts = build_vocabulary(self.train_sentences, min_count)
+        self.preprocessor = Word2VecPreprocessor(words, counts.tolist())
+        self.counts = counts
 
     def _sentences(self, split: str) -> list[list[str]]:
         documents = read_documents(self.prepared_dir, split)[: self.max_documents]
         return [word_tokens(s) for doc in documents for s in doc][: self.max_examples]
 
     def model_kwargs(self) -> dict:
-        return {"vocab_size": len(self.words)}
-
-    def task_kwargs(self) -> dict:
-        return {"words": self.words, "counts": self.counts.tolist()}
+        return {"vocab_size": len(self.preprocessor.words)}
 
     def train_dataloader(self) -> DataLoader:
-        examples = Word2VecExamples(encode_sentences(self.train_sentences, self.words),
+        examples = Word2VecExamples(self.preprocessor.encode_sentences(self.train_sentences),
                                     keep_probabilities(self.counts, self.sample), self.window, self.batch_size,
                                     self.seed)
         return DataLoader(examples, batch_size=None)
@@ -141,7 +171,7 @@ class Word2VecDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         # Held-out documents, subsampled like training (hierarchical softmax learns the subsampled
         # word distribution), with the same draw every epoch so that epochs compare.
-        examples = Word2VecExamples(encode_sentences(self._sentences("validation"), self.words),
+        examples = Word2VecExamples(self.preprocessor.encode_sentences(self._sentences("validation")),
                                     keep_probabilities(self.counts, self.sample), self.window, self.batch_size,
                                     self.seed + 1, fixed=True)
         return DataLoader(examples, batch_size=None)

@@ -24,7 +24,8 @@ def evaluate(cfg: DictConfig) -> dict:
     torch.manual_seed(cfg.seed)
     output_dir = Path(cfg.paths.output_dir)
     table, schema, encoder = read_prepared(cfg.data.prepared_dir)
-    rows = encoder.transform(fold_rows(table, None)[cfg.split])
+    split = fold_rows(table, None)[cfg.split]
+    rows = encoder.transform(split)
     labels = torch.from_numpy(rows.labels)
     comparison = []
     for name, directory in cfg.models.items():
@@ -32,7 +33,7 @@ def evaluate(cfg: DictConfig) -> dict:
         checkpoint = Path(directory, "checkpoints", "best.ckpt")
         if checkpoint.is_file():
             task = load_task(checkpoint, TabularClassificationTask, stage)
-            probabilities = task.predict(torch.from_numpy(rows.categorical), torch.from_numpy(rows.continuous))
+            probabilities = task.predict(split[schema.features])  # the parsed rows, re-read by its own preprocessor
         else:
             probabilities = torch.from_numpy(
                 baselines.predict(baselines.load(directory, stage), encoder, rows)).float()

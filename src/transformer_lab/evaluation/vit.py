@@ -11,7 +11,7 @@ from torchmetrics.functional.classification import multiclass_accuracy, multicla
 
 from transformer_lab import plots, tracking
 from transformer_lab.checkpoints import load_task
-from transformer_lab.data.images import ImageDataModule, read_split
+from transformer_lab.data.images import read_split
 from transformer_lab.evaluation import log_into_training_run, write_csv
 from transformer_lab.tasks.image_classification import ImageClassificationTask
 from transformer_lab.utils.io import atomic_write_json
@@ -24,13 +24,10 @@ def evaluate(cfg: DictConfig) -> dict:
     torch.manual_seed(cfg.seed)
     output_dir = Path(cfg.paths.output_dir)
     task = load_task(cfg.checkpoint, ImageClassificationTask, "train_vit")
-    datamodule = ImageDataModule(cfg.data.prepared_dir)
-    datamodule.setup()
-    dataset = datamodule.sets["validation" if cfg.split == "validation" else "test"]
     raw_images, labels = read_split(cfg.data.prepared_dir, cfg.split)
-    predictions, _ = task.predict(dataset.images)
+    predictions, _ = task.predict(raw_images)  # uint8, normalised by the checkpoint's own statistics
     targets = torch.from_numpy(labels)
-    classes = datamodule.classes
+    classes = task.preprocessor.classes
     n = len(classes)
     metrics = {f"{cfg.split}/acc": multiclass_accuracy(predictions, targets, n, average="micro").item(),
                f"{cfg.split}/macro_f1": multiclass_f1_score(predictions, targets, n, average="macro").item(),
@@ -46,7 +43,7 @@ def evaluate(cfg: DictConfig) -> dict:
     ]
     if task.model.config.attention == "global":  # windowed attention has no [CLS] token to read
         shown = list(range(min(cfg.attention_maps, len(labels))))
-        _, weights = task.predict(dataset.images[shown], return_weights=True)
+        _, weights = task.predict(raw_images[shown], return_weights=True)
         grid = task.model.config.image_size // task.model.config.patch_size
         last = weights[-1].mean(dim=1)  # (images, 1 + patches, 1 + patches), mean over heads
         if task.model.config.pool == "cls":  # what the classifier reads: the [CLS] row

@@ -98,6 +98,10 @@ class BertModel(nn.Module):
         self.pooler = nn.Linear(config.d_model, config.d_model)
         self.apply(_init_weights)
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The token embedding (as Hugging Face models name it): what task.embeddings initialises."""
+        return self.embeddings.token
+
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, *, return_weights: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
@@ -156,6 +160,9 @@ class BertForPreTraining(nn.Module):
         for module in (self.mlm.transform, self.mlm.norm, self.nsp):
             _init_weights(module)
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.bert.embeddings.token
+
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, mlm_positions: torch.Tensor | None = None, *,
                 return_weights: bool = False) -> ModelOutput:
@@ -208,6 +215,9 @@ class BertForSequenceClassification(nn.Module):
         self.classifier = nn.Linear(config.d_model, config.n_classes)
         _init_weights(self.classifier)
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.bert.embeddings.token
+
     def forward(self, input_ids, segment_ids=None, attention_mask=None, *, return_weights=False) -> ModelOutput:
         """logits: class logits (batch, n_classes)."""
         hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask, return_weights=return_weights)
@@ -234,6 +244,9 @@ class BertForJointIntentSlot(nn.Module):
         for module in (self.intent_head, self.slot_head):
             _init_weights(module)
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.bert.embeddings.token
+
     def forward(self, input_ids, segment_ids=None, attention_mask=None, *, return_weights=False) -> ModelOutput:
         """logits: intent logits (batch, n_intents); slot_logits (batch, length, n_slots)."""
         hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask, return_weights=return_weights)
@@ -251,6 +264,9 @@ class BertForQuestionAnswering(nn.Module):
         self.bert = BertModel(config)
         self.span = nn.Linear(config.d_model, 2)
         _init_weights(self.span)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.bert.embeddings.token
 
     def forward(self, input_ids, segment_ids=None, attention_mask=None, *, return_weights=False) -> ModelOutput:
         """logits: span logits (batch, length, 2); start_logits, end_logits: the two halves (batch, length)."""

@@ -106,6 +106,10 @@ class JointIntentSlotModel(nn.Module):
             nn.Linear(config.d_model, hidden), nn.ReLU(), nn.Dropout(config.dropout), nn.Linear(hidden, config.n_slots)
         )
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The token embedding (as Hugging Face models name it): what task.embeddings initialises."""
+        return self.encoder.token_embedding
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, return_weights: bool = False
     ) -> ModelOutput:

@@ -108,6 +108,10 @@ class GPTModel(nn.Module):
         self.final_norm = (nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
                            if config.norm_first else None)
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The token embedding (as Hugging Face models name it): what task.embeddings initialises."""
+        return self.token
+
     def forward(self, input_ids: torch.Tensor, caches: list[KVCache] | None = None, *,
                 return_weights: bool = False) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """caches: one KVCache per block holding the earlier positions (generation); input_ids
@@ -159,6 +163,9 @@ class GPTLMHeadModel(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = self.gpt.token.weight  # tied: one parameter
         init_gpt_weights(self, config.n_layers)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.gpt.token
 
     def forward(self, input_ids: torch.Tensor, caches: list[KVCache] | None = None, *,
                 return_weights: bool = False) -> ModelOutput:

@@ -9,9 +9,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from transformer_lab.data.atis_bert import encode_words
-from transformer_lab.data.bert import pad_batch, special_ids
-from transformer_lab.data.tokenizers import load_tokenizer
+from transformer_lab.data.atis_bert import AtisBertPreprocessor
 from transformer_lab.models.bert import BertForJointIntentSlot, BertJointConfig
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
@@ -20,18 +18,20 @@ from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
 
 class BertJointIntentSlotTask(JointIntentSlotTask):
-    def __init__(self, model_config: dict, intent_labels: list[str], slot_labels: list[str], tokenizer_path: str,
-                 pretrained: str | None = None, lr: float = 1e-4, weight_decay: float = 0.01,
-                 betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1, min_lr_ratio: float = 0.0,
-                 slot_loss_coef: float = 1.0, label_smoothing: float = 0.0):
+    preprocessor_class = AtisBertPreprocessor
+
+    def __init__(self, model_config: dict, preprocessor: dict, pretrained: str | None = None, lr: float = 1e-4,
+                 weight_decay: float = 0.01, betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1,
+                 min_lr_ratio: float = 0.0, slot_loss_coef: float = 1.0, label_smoothing: float = 0.0,
+                 embeddings: dict | None = None):
         """pretrained: a `pretrain_bert` checkpoint, "hf:NAME", or None for a random start.
-        The tokenizer path travels in the checkpoint so that predict() can read raw words."""
-        super().__init__(model_config, [], intent_labels, slot_labels, lr=lr, weight_decay=weight_decay,
-                         betas=betas, warmup_ratio=warmup_ratio, min_lr_ratio=min_lr_ratio,
-                         slot_loss_coef=slot_loss_coef, label_smoothing=label_smoothing)
+        preprocessor: the datamodule's AtisBertPreprocessor state (the tokenizer itself included),
+        so that predict() reads raw words from the checkpoint alone."""
+        super().__init__(model_config, preprocessor, lr=lr, weight_decay=weight_decay, betas=betas,
+                         warmup_ratio=warmup_ratio, min_lr_ratio=min_lr_ratio, slot_loss_coef=slot_loss_coef,
+                         label_smoothing=label_smoothing, embeddings=embeddings)
 
     def build_model(self, model_config: dict) -> nn.Module:
-        self.tokenizer = load_tokenizer(self.hparams.tokenizer_path)
         model = BertForJointIntentSlot(BertJointConfig(**model_config))
         load_pretrained_bert(model.bert, self.hparams.pretrained)
         return model
@@ -43,18 +43,15 @@ class BertJointIntentSlotTask(JointIntentSlotTask):
     @inference
     def predict(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
         """Intent and one slot tag per word (read at the word's first piece), as JointIntentSlotTask.predict."""
-        specials = special_ids(self.tokenizer)
         results = []
         for start in range(0, len(utterances), batch_size):
-            chunk = [[w.lower() for w in words] for words in utterances[start : start + batch_size]]
-            encoded = [encode_words(self.tokenizer, words, specials, self.model.config.max_len) for words in chunk]
-            batch = pad_batch([{"input_ids": ids, "segment_ids": [0] * len(ids)} for ids, _ in encoded],
-                              specials["pad"])
+            chunk = utterances[start : start + batch_size]
+            batch, firsts = self.preprocessor.batch(chunk)
             out = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
-            for (_, first), words, intent_id, slots in zip(encoded, chunk, out.logits.argmax(-1).tolist(),
-                                                           out.slot_logits.argmax(-1).tolist()):
-                tags = [self.hparams.slot_labels[slots[position - 1]] for position in first]
+            for first, words, intent_id, slots in zip(firsts, chunk, out.logits.argmax(-1).tolist(),
+                                                      out.slot_logits.argmax(-1).tolist()):
+                tags = [self.preprocessor.slot_labels[slots[position - 1]] for position in first]
                 tags += ["O"] * (len(words) - len(tags))  # words cut by max_len
-                results.append({"intent": self.hparams.intent_labels[intent_id],
+                results.append({"intent": self.preprocessor.intent_labels[intent_id],
                                 "slots": ["O" if t == "UNK" else t for t in tags]})
         return results

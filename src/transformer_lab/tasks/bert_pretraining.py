@@ -8,7 +8,9 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
+from transformer_lab.data.bert import BertPreprocessor
 from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
+from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import batches, inference
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_warmup_linear
@@ -25,11 +27,14 @@ def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
                     from_hub=lambda name: BertForPreTraining.from_pretrained(name).bert.state_dict())
 
 
-class BertPretrainingTask(TokenThroughput, L.LightningModule):
-    def __init__(self, model_config: dict, lr: float = 1e-3, weight_decay: float = 0.01,
-                 betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1):
+class BertPretrainingTask(TokenEmbeddings, TokenThroughput, L.LightningModule):
+    def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 0.01,
+                 betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1, embeddings: dict | None = None):
+        """preprocessor: the datamodule's BertPreprocessor state (the tokenizer, max_len), so that
+        predict() reads raw text. embeddings: {init, vectors} (tasks/embeddings.py)."""
         super().__init__()
         self.save_hyperparameters(logger=False)
+        self.preprocessor = BertPreprocessor.from_state(preprocessor)
         self.model = BertForPreTraining(BertConfig(**model_config))
         vocab = self.model.config.vocab_size
         self.metrics = torch.nn.ModuleDict({
@@ -72,8 +77,14 @@ class BertPretrainingTask(TokenThroughput, L.LightningModule):
                                    self.trainer.estimated_stepping_batches, h.betas)
 
     @inference
-    def predict(self, batch: dict, batch_size: int = 256) -> torch.Tensor:
-        """The masked LM's most likely token at every position (rows, length) of an encoded batch
-        (input_ids, segment_ids, attention_mask); at the [MASK] positions, its fill-in."""
-        return torch.cat([self.model(chunk["input_ids"], chunk["segment_ids"], chunk["attention_mask"]).logits
-                          .argmax(-1).cpu() for chunk in batches(batch, batch_size, self.device)])
+    def predict(self, texts: list[str], batch_size: int = 256) -> list[list[str]]:
+        """The masked LM's fill-in for every `[MASK]` of each raw text, in order: one list of token
+        strings per text."""
+        batch = self.preprocessor.batch(texts)
+        mask_id, tokens = self.preprocessor.specials["mask"], self.preprocessor.tokenizer.id_to_token
+        fills = []
+        for chunk in batches(batch, batch_size, self.device):
+            predicted = self.model(chunk["input_ids"], chunk["segment_ids"], chunk["attention_mask"]).logits.argmax(-1)
+            for ids, row in zip(chunk["input_ids"].tolist(), predicted.tolist()):
+                fills.append([tokens(p) for i, p in zip(ids, row) if i == mask_id])
+        return fills

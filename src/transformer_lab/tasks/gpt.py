@@ -11,8 +11,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.data.bert import IGNORE_INDEX
+from transformer_lab.data.gpt import GPTClassificationPreprocessor, GPTPreprocessor
+from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.gpt import GPTClassifierConfig, GPTConfig, GPTForSequenceClassification, GPTLMHeadModel
 from transformer_lab.models.outputs import ModelOutput
+from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_with_warmup
@@ -25,17 +28,20 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-class GPTPretrainingTask(TokenThroughput, L.LightningModule):
+class GPTPretrainingTask(TokenEmbeddings, TokenThroughput, L.LightningModule):
     """Next-token prediction. AdamW (decay on matrices), linear warm-up then cosine decay to
     min_lr_ratio × lr (GPT-1's schedule); gradient clipping is the trainer's gradient_clip_val.
     Logs loss, validation perplexity, tokens/second, the learning rate and, with model.ffn=moe,
     the load-balancing loss (added to the loss with weight moe_aux_weight)."""
 
-    def __init__(self, model_config: dict, lr: float = 1e-3, weight_decay: float = 0.1,
+    def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 0.1,
                  betas: tuple[float, float] = (0.9, 0.95), warmup_steps: int = 100, min_lr_ratio: float = 0.1,
-                 moe_aux_weight: float = 0.01):
+                 moe_aux_weight: float = 0.01, embeddings: dict | None = None):
+        """preprocessor: the datamodule's GPTPreprocessor state (the tokenizer), so that a checkpoint
+        alone turns prompts into text. embeddings: {init, vectors} (tasks/embeddings.py)."""
         super().__init__()
         self.save_hyperparameters(logger=False)
+        self.preprocessor = GPTPreprocessor.from_state(preprocessor)
         self.model = GPTLMHeadModel(GPTConfig(**model_config))
 
     def forward(self, input_ids: torch.Tensor) -> ModelOutput:
@@ -70,11 +76,25 @@ class GPTPretrainingTask(TokenThroughput, L.LightningModule):
                                  decay="cosine", min_ratio=h.min_lr_ratio)
 
     @inference
-    def predict(self, prompts: torch.Tensor, max_new_tokens: int, **sampling) -> torch.Tensor:
-        """The continuation (rows, <= max_new_tokens) of prompt ids (rows, length): GPTLMHeadModel.generate
-        with its sampling options (strategy, temperature, top_k, top_p, eos_id, generator, use_cache).
-        All rows in one batch, no batch_size: a sampled row's tokens depend on the batch it was drawn in."""
-        return self.model.generate(prompts.to(self.device), max_new_tokens, **sampling).cpu()
+    def predict(self, prompts: list[str], max_new_tokens: int, stop_at_eos: bool = True, **sampling) -> list[dict]:
+        """Continuations of raw prompts (an empty prompt starts a new document): one
+        {"text", "token_ids"} per prompt, text cut at the first end-of-text when stop_at_eos, token_ids
+        every generated id (GPTLMHeadModel.generate pads a row that ended early with end-of-text).
+        sampling: generate's options (strategy, temperature, top_k, top_p, generator, use_cache).
+        All prompts in one batch, no batch_size: a sampled row's tokens depend on the batch it was
+        drawn in; so the prompts must encode to the same number of tokens."""
+        encoded = [self.preprocessor.encode(prompt) for prompt in prompts]
+        if len({len(ids) for ids in encoded}) > 1:
+            raise TransformerLabError(f"prompts encode to {sorted({len(ids) for ids in encoded})} tokens; "
+                                      "one call takes prompts of one length (call once per prompt)")
+        eos_id = self.preprocessor.eos_id
+        new = self.model.generate(torch.tensor(encoded, device=self.device), max_new_tokens,
+                                  eos_id=eos_id if stop_at_eos else None, **sampling).cpu()
+        results = []
+        for row in new.tolist():
+            kept = row[:row.index(eos_id)] if stop_at_eos and eos_id in row else row
+            results.append({"text": self.preprocessor.decode(kept), "token_ids": row})
+        return results
 
 
 class GPTClassificationTask(SequenceClassificationTask):
@@ -82,12 +102,16 @@ class GPTClassificationTask(SequenceClassificationTask):
     the auxiliary loss). Metrics, logging and test scoring are the BERT fine-tuning task's, so
     the two models' runs line up in MLflow."""
 
-    def __init__(self, model_config: dict, labels: list[str], pretrained: str | None = None, lm_weight: float = 0.5,
+    preprocessor_class = GPTClassificationPreprocessor
+
+    def __init__(self, model_config: dict, preprocessor: dict, pretrained: str | None = None, lm_weight: float = 0.5,
                  lr: float = 6.25e-5, weight_decay: float = 0.01, warmup_ratio: float = 0.002,
-                 moe_aux_weight: float = 0.01):
-        """pretrained: a `pretrain_gpt` checkpoint, "hf:NAME" (GPT-2 weights), or None for a random start.
+                 moe_aux_weight: float = 0.01, embeddings: dict | None = None):
+        """preprocessor: the datamodule's GPTClassificationPreprocessor state; predict() takes texts,
+        (text_a, text_b) pairs or (context, choices) as its format reads them. pretrained: a
+        `pretrain_gpt` checkpoint, "hf:NAME" (GPT-2 weights), or None for a random start.
         moe_aux_weight: weight of the load-balancing loss with model.ffn=moe."""
-        super().__init__(model_config, labels, pretrained, lr, weight_decay, warmup_ratio)
+        super().__init__(model_config, preprocessor, pretrained, lr, weight_decay, warmup_ratio, embeddings=embeddings)
         self.save_hyperparameters(logger=False)
 
     def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:

@@ -4,9 +4,11 @@ linear warm-up then cosine decay."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
+from transformer_lab.data.images import ImagePreprocessor
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.vit import ViTConfig, VisionTransformer
 from transformer_lab.tasks.inference import inference
@@ -15,10 +17,12 @@ from transformer_lab.tasks.sequence_classification import SequenceClassification
 
 class ImageClassificationTask(SequenceClassificationTask):
     lr_decay = "cosine"
+    preprocessor_class = ImagePreprocessor
 
-    def __init__(self, model_config: dict, labels: list[str], lr: float = 1e-3, weight_decay: float = 0.05,
+    def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 0.05,
                  warmup_ratio: float = 0.1, label_smoothing: float = 0.0):
-        super().__init__(model_config, labels, None, lr, weight_decay, warmup_ratio, label_smoothing)
+        """preprocessor: the datamodule's ImagePreprocessor state (class names, normalisation statistics)."""
+        super().__init__(model_config, preprocessor, None, lr, weight_decay, warmup_ratio, label_smoothing)
         self.save_hyperparameters(logger=False)
 
     def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
@@ -28,11 +32,13 @@ class ImageClassificationTask(SequenceClassificationTask):
         return self.model(batch["images"]), None
 
     @inference
-    def predict(self, images: torch.Tensor, batch_size: int = 256, return_weights: bool = False
+    def predict(self, images: np.ndarray | torch.Tensor, batch_size: int = 256, return_weights: bool = False
                 ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-        """Predicted classes (images,) of (images, C, H, W), batch_size images at a time, and with
+        """Predicted classes (images,) of raw uint8 images (images, C, H, W), normalised by the
+        preprocessor's statistics, batch_size images at a time, and with
         return_weights every block's attention weights over all the images (computed explicitly,
         outside the fused kernel: ask only for the images you will plot); else None."""
+        images = self.preprocessor.encode(images)
         classes, attentions = [], []
         for start in range(0, len(images), batch_size):
             out = self.model(images[start:start + batch_size].to(self.device), return_weights=return_weights)

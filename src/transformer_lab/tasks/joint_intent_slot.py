@@ -9,23 +9,22 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from transformer_lab.data.atis import IGNORE_INDEX, AtisVocabulary, collate
-from transformer_lab.errors import TransformerLabError
+from transformer_lab.data.atis import IGNORE_INDEX, AtisPreprocessor
 from transformer_lab.metrics import SlotF1
 from transformer_lab.models.encoder import JointIntentSlotConfig, JointIntentSlotModel
 from transformer_lab.models.outputs import ModelOutput
+from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
 
 
-class JointIntentSlotTask(L.LightningModule):
+class JointIntentSlotTask(TokenEmbeddings, L.LightningModule):
+    preprocessor_class = AtisPreprocessor
+
     def __init__(
         self,
         model_config: dict,
-        vocab: list[str],
-        intent_labels: list[str],
-        slot_labels: list[str],
-        lowercase: bool = True,
+        preprocessor: dict,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
         betas: tuple[float, float] = (0.9, 0.98),
@@ -33,43 +32,24 @@ class JointIntentSlotTask(L.LightningModule):
         min_lr_ratio: float = 0.0,
         slot_loss_coef: float = 1.0,
         label_smoothing: float = 0.0,
+        embeddings: dict | None = None,
     ):
+        """preprocessor: the datamodule's `preprocessor.to_state()` (vocabulary, label lists); it travels
+        in the checkpoint so that predict needs nothing else. embeddings: {init: random | word2vec,
+        vectors: FILE} (tasks/embeddings.py)."""
         super().__init__()
-        # Vocabulary and labels travel in the checkpoint so that predict needs nothing else;
-        # they are not sent to the logger (the resolved Hydra config is logged instead).
+        # Not sent to the logger: the resolved Hydra config is logged instead.
         self.save_hyperparameters(logger=False)
+        self.preprocessor = self.preprocessor_class.from_state(preprocessor)
         self.model = self.build_model(model_config)
-        self.o_index = slot_labels.index("O")
+        self.o_index = self.preprocessor.slot_labels.index("O")
         self.metrics = nn.ModuleDict({stage: self._stage_metrics() for stage in ("val", "test")})
 
     def build_model(self, model_config: dict) -> nn.Module:
-        h = self.hparams
-        self.vocabulary = AtisVocabulary(h.vocab, h.intent_labels, h.slot_labels, h.lowercase)
         return JointIntentSlotModel(JointIntentSlotConfig(**model_config))
 
-    @torch.no_grad()
-    def load_word_vectors(self, path: str) -> float:
-        """Initialise the token embedding from word2vec vectors (the lecture's pre-trained
-        embeddings); words without a vector keep their random row. Returns the vocabulary coverage.
-
-        The vectors are rescaled to the random initialisation's standard deviation, so that
-        tokens and positions still start at comparable magnitudes."""
-        from transformer_lab.word_vectors import load_word2vec_format
-
-        words, vectors = load_word2vec_format(path)
-        embedding = self.model.encoder.token_embedding.weight
-        if vectors.shape[1] != embedding.shape[1]:
-            raise TransformerLabError(f"{path}: vectors have {vectors.shape[1]} dimensions but model.d_model="
-                                      f"{embedding.shape[1]}; set model.d_model={vectors.shape[1]}")
-        table = dict(zip(words, torch.from_numpy(vectors)))
-        scale = embedding.std() / torch.from_numpy(vectors).std()
-        found = [(row, table[word]) for row, word in enumerate(self.hparams.vocab) if word in table]
-        for row, vector in found:
-            embedding[row] = vector * scale
-        return len(found) / len(self.hparams.vocab)
-
     def _stage_metrics(self) -> nn.ModuleDict:
-        n_intents, n_slots = len(self.hparams.intent_labels), len(self.hparams.slot_labels)
+        n_intents, n_slots = len(self.preprocessor.intent_labels), len(self.preprocessor.slot_labels)
         return nn.ModuleDict({
             "intent_acc": MulticlassAccuracy(n_intents, average="micro"),
             "token_acc": MulticlassAccuracy(n_slots, average="micro", ignore_index=IGNORE_INDEX),
@@ -118,7 +98,7 @@ class JointIntentSlotTask(L.LightningModule):
             self.log(f"{stage}/{name}", metric, on_epoch=True, prog_bar=name == "slot_f1", batch_size=size)
 
     def _tag_strings(self, ids: torch.Tensor, real: torch.Tensor) -> list[list[str]]:
-        labels = self.hparams.slot_labels
+        labels = self.preprocessor.slot_labels
         return [[labels[i] for i in row[keep].tolist()] for row, keep in zip(ids, real)]
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
@@ -136,18 +116,14 @@ class JointIntentSlotTask(L.LightningModule):
 
     @inference
     def predict(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
-        """Intent and one slot tag per word for each utterance (a list of words):
+        """Intent and one slot tag per word for each raw utterance (a list of words):
         [{"intent": str, "slots": [tag per word]}]."""
         results = []
         for start in range(0, len(utterances), batch_size):
             chunk = utterances[start : start + batch_size]
-            items = [{"input_ids": self.vocabulary.encode_words(words), "slot_labels": [0] * len(words), "intent_label": 0}
-                     for words in chunk]
-            batch = collate(items, self.vocabulary.pad_id)
+            batch = self.preprocessor.batch(chunk)
             out = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
-            intent_pred, slot_pred = out.logits.argmax(-1).tolist(), out.slot_logits.argmax(-1).tolist()
-            for words, intent_id, slot_ids in zip(chunk, intent_pred, slot_pred):
-                tags = [self.hparams.slot_labels[i] for i in slot_ids[: len(words)]]
-                results.append({"intent": self.hparams.intent_labels[intent_id],
-                                "slots": ["O" if t == "UNK" else t for t in tags]})
+            for words, intent_id, slot_ids in zip(chunk, out.logits.argmax(-1).tolist(),
+                                                  out.slot_logits.argmax(-1).tolist()):
+                results.append(self.preprocessor.decode(intent_id, slot_ids, len(words)))
         return results

@@ -13,15 +13,14 @@ from dataclasses import replace
 import lightning as L
 import torch
 import torch.nn.functional as F
-from tokenizers import Tokenizer
 from torchmetrics import MeanMetric
 
-from transformer_lab.data.bert import special_ids
-from transformer_lab.data.qa import collate_qa, encode_examples
+from transformer_lab.data.qa import QAPreprocessor
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForQuestionAnswering
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
+from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.schedules import adamw_warmup_linear
 
@@ -89,19 +88,20 @@ def spans_to_answers(starts: torch.Tensor, ends: torch.Tensor, offsets: torch.Te
     return answers
 
 
-class QuestionAnsweringTask(L.LightningModule):
+class QuestionAnsweringTask(TokenEmbeddings, L.LightningModule):
     """`pretrained`: a `pretrain_bert` checkpoint, "hf:NAME", or None (random start). Loading a
     trained checkpoint with `load_from_checkpoint(path, pretrained=None)` skips that step."""
 
-    def __init__(self, model_config: dict, pretrained: str | None = None, lr: float = 1e-4,
-                 weight_decay: float = 0.01, warmup_ratio: float = 0.1,
-                 max_answer_tokens: int = 30, max_len: int = 384, max_question_tokens: int = 64,
-                 tokenizer_path: str | None = None):
+    def __init__(self, model_config: dict, preprocessor: dict, pretrained: str | None = None, lr: float = 1e-4,
+                 weight_decay: float = 0.01, warmup_ratio: float = 0.1, max_answer_tokens: int = 30,
+                 embeddings: dict | None = None):
+        """preprocessor: the datamodule's QAPreprocessor state (tokenizer, max_len, max_question_tokens);
+        it travels in the checkpoint, so that predict() encodes text the way training did."""
         super().__init__()
-        # max_len, max_question_tokens and tokenizer_path come from the datamodule and travel in
-        # the checkpoint, so that predict() encodes text the way training did.
         self.save_hyperparameters(logger=False)
+        self.preprocessor = QAPreprocessor.from_state(preprocessor)
         self.model = BertForQuestionAnswering(BertConfig(**model_config))
+        max_len = self.preprocessor.max_len
         if max_len > self.model.config.max_len:
             raise TransformerLabError(f"data.datamodule.max_len={max_len} exceeds "
                                       f"model.max_len={self.model.config.max_len}")
@@ -157,19 +157,15 @@ class QuestionAnsweringTask(L.LightningModule):
                                    self.trainer.estimated_stepping_batches)
 
     @inference
-    def predict(self, questions: list[str], contexts: list[str], tokenizer: Tokenizer, batch_size: int = 64
-                ) -> list[dict]:
-        """The best answer span for each (question, context): {"answer", "start", "end", "score"}
+    def predict(self, questions: list[str], contexts: list[str], batch_size: int = 64) -> list[dict]:
+        """The best answer span for each raw (question, context): {"answer", "start", "end", "score"}
         with context[start:end] == answer (character offsets into the context)."""
         if len(questions) != len(contexts):
             raise TransformerLabError(f"{len(questions)} questions but {len(contexts)} contexts")
-        specials = special_ids(tokenizer)
-        examples = [{"question": q, "context": c} for q, c in zip(questions, contexts)]
-        features = encode_examples(examples, tokenizer, specials, self.hparams.max_len,
-                                   self.hparams.max_question_tokens)
+        features = self.preprocessor.encode([{"question": q, "context": c} for q, c in zip(questions, contexts)])
         results = []
         for first in range(0, len(features), batch_size):
-            batch = collate_qa(features[first:first + batch_size], specials["pad"])
+            batch = self.preprocessor.collate(features[first:first + batch_size])
             batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             out = self(batch)
             in_passage = batch["offsets"][..., 0] >= 0

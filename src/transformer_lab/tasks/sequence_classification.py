@@ -11,23 +11,31 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+from transformer_lab.data.text_classification import TextClassificationPreprocessor
 from transformer_lab.models.bert import BertClassifierConfig, BertForSequenceClassification
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
+from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import batches, inference
 from transformer_lab.tasks.schedules import adamw_with_warmup
 
 
-class SequenceClassificationTask(L.LightningModule):
+class SequenceClassificationTask(TokenEmbeddings, L.LightningModule):
     lr_decay = "linear"  # after warm-up: BERT's linear decay to 0; the ViT and table tasks decay along a cosine
+    preprocessor_class = TextClassificationPreprocessor
 
-    def __init__(self, model_config: dict, labels: list[str], pretrained: str | None = None, lr: float = 1e-4,
-                 weight_decay: float = 0.01, warmup_ratio: float = 0.1, label_smoothing: float = 0.0):
-        """pretrained: a `pretrain_bert` checkpoint, "hf:NAME", or None for a random start."""
+    def __init__(self, model_config: dict, preprocessor: dict, pretrained: str | None = None, lr: float = 1e-4,
+                 weight_decay: float = 0.01, warmup_ratio: float = 0.1, label_smoothing: float = 0.0,
+                 embeddings: dict | None = None):
+        """preprocessor: the datamodule's `preprocessor.to_state()` (tokenizer, labels, truncation),
+        kept in the checkpoint for predict(). pretrained: a `pretrain_bert` checkpoint, "hf:NAME", or
+        None for a random start. embeddings: {init, vectors} (tasks/embeddings.py)."""
         super().__init__()
         self.save_hyperparameters(logger=False)
+        self.preprocessor = self.preprocessor_class.from_state(preprocessor)
         self.model = self.build_model(model_config, pretrained)
-        self.metrics = nn.ModuleDict({stage: self.build_metrics(len(labels)) for stage in ("val", "test")})
+        self.metrics = nn.ModuleDict({stage: self.build_metrics(len(self.preprocessor.labels))
+                                      for stage in ("val", "test")})
 
     def build_metrics(self, n_classes: int) -> nn.ModuleDict:
         return nn.ModuleDict({"acc": MulticlassAccuracy(n_classes, average="micro"),
@@ -84,8 +92,8 @@ class SequenceClassificationTask(L.LightningModule):
                                  decay=self.lr_decay)
 
     @inference
-    def predict(self, batch: dict, batch_size: int = 256) -> torch.Tensor:
-        """Class probabilities (rows, n_classes) of an encoded batch, as the datamodule collates it
-        (BERT: input_ids, segment_ids, attention_mask; GPT: input_ids, last), batch_size rows at a
-        time. The task keeps no tokenizer: encode text with the datamodule."""
+    def predict(self, texts: list, batch_size: int = 256) -> torch.Tensor:
+        """Class probabilities (rows, n_classes) of raw inputs, encoded by the task's preprocessor
+        (BERT: texts or (text_a, text_b) pairs), batch_size rows at a time."""
+        batch = self.preprocessor.batch(texts)
         return torch.cat([self(chunk).logits.softmax(-1).cpu() for chunk in batches(batch, batch_size, self.device)])

@@ -5,10 +5,12 @@ warm-up then cosine decay."""
 
 from __future__ import annotations
 
+import pandas as pd
 import torch
 from torch import nn
 from torchmetrics import Accuracy, AUROC, F1Score
 
+from transformer_lab.data.tabular import TabularPreprocessor
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
@@ -35,9 +37,12 @@ def score_probabilities(probabilities: torch.Tensor, labels: torch.Tensor) -> di
 
 
 class TabularClassificationTask(SequenceClassificationTask):
-    def __init__(self, model_config: dict, labels: list[str], lr: float = 1e-3, weight_decay: float = 1e-2,
+    preprocessor_class = TabularPreprocessor
+
+    def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 1e-2,
                  warmup_ratio: float = 0.05, label_smoothing: float = 0.0):
-        super().__init__(model_config, labels, None, lr, weight_decay, warmup_ratio, label_smoothing)
+        """preprocessor: the datamodule's TabularPreprocessor state (schema and fitted encoder)."""
+        super().__init__(model_config, preprocessor, None, lr, weight_decay, warmup_ratio, label_smoothing)
         self.save_hyperparameters(logger=False)
 
     def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
@@ -52,8 +57,7 @@ class TabularClassificationTask(SequenceClassificationTask):
     def classify(self, batch: dict) -> tuple[ModelOutput, torch.Tensor | None]:
         return self.model(batch["categorical"], batch["continuous"]), None
 
-    def predict(self, categorical: torch.Tensor, continuous: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-        """Class probabilities (rows, n_classes) of encoded rows: categorical (rows, columns) indices and
-        continuous (rows, n_continuous), as TabularEncoder.transform gives them."""
-        # the classifiers' batched predict (and its @inference), with the rows as its batch
-        return super().predict({"categorical": categorical, "continuous": continuous}, batch_size)
+    def predict(self, rows: pd.DataFrame | list[dict], batch_size: int = 1024) -> torch.Tensor:
+        """Class probabilities (rows, n_classes) of raw table rows (dicts or a DataFrame with the
+        schema's feature columns, cells as in the CSV), encoded by the task's preprocessor."""
+        return super().predict(rows, batch_size)  # the classifiers' batched predict (and its @inference)

@@ -13,18 +13,20 @@ import lightning as L
 import numpy as np
 import torch
 
-from transformer_lab.errors import TransformerLabError
+from transformer_lab.data.word2vec import Word2VecPreprocessor
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig
 from transformer_lab.tasks.inference import inference
 
 
 class Word2VecTask(L.LightningModule):
-    def __init__(self, model_config: dict, words: list[str], counts: list[int], lr: float = 0.025,
-                 min_lr: float = 1e-4, update_size: int = 512):
+    def __init__(self, model_config: dict, preprocessor: dict, lr: float = 0.025, min_lr: float = 1e-4,
+                 update_size: int = 512):
+        """preprocessor: the datamodule's Word2VecPreprocessor state (words and their counts)."""
         super().__init__()
         self.save_hyperparameters(logger=False)
-        self.model = Word2Vec(Word2VecConfig(**model_config), torch.tensor(counts))
+        self.preprocessor = Word2VecPreprocessor.from_state(preprocessor)
+        self.model = Word2Vec(Word2VecConfig(**model_config), torch.tensor(self.preprocessor.counts))
         self.automatic_optimization = False
         self._epoch_start, self._epoch_words = 0.0, 0
 
@@ -70,15 +72,10 @@ class Word2VecTask(L.LightningModule):
 
     def vectors(self) -> tuple[list[str], np.ndarray]:
         """The whole vocabulary and its vectors, for export (word2vec text format)."""
-        return self.hparams.words, self.model.input_vectors.weight.detach().cpu().numpy()
+        return self.preprocessor.words, self.model.input_vectors.weight.detach().cpu().numpy()
 
     @inference
     def predict(self, words: list[str]) -> torch.Tensor:
         """The vectors (len(words), dim) of the given words. A lookup, so no batch_size."""
-        index = {word: i for i, word in enumerate(self.hparams.words)}
-        unknown = [word for word in words if word not in index]
-        if unknown:
-            raise TransformerLabError(f"not in the vocabulary: {', '.join(map(repr, unknown[:5]))} "
-                                      f"({len(unknown)} of {len(words)} words)")
-        rows = torch.tensor([index[word] for word in words], dtype=torch.long, device=self.device)
+        rows = torch.tensor(self.preprocessor.encode(words), dtype=torch.long, device=self.device)
         return self.model.input_vectors(rows).cpu()
