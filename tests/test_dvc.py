@@ -64,6 +64,10 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "30", "2")
     for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
+    # every datamodule caps its splits alike (data.datamodule.max_examples): seconds per stage
+    for data in ("atis_bert", "bert_pretraining", "gpt_pretraining", "gpt_sentiment", "images", "qa", "sentiment"):
+        set_param(conf / "data" / f"{data}.yaml", "max_examples", "null", "128")
+    set_param(conf / "baseline" / "xgboost.yaml", "n_estimators", "2000", "100")
     git(project, "init", "-q")
     git(project, "add", "-A")
     git(project, "commit", "-qm", "tiny")

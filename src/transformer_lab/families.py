@@ -146,5 +146,16 @@ def metric_mode(name: str) -> Mode:
     return modes.pop()
 
 
+def check_config(cfg) -> Family:
+    """The family a training config trains: its model, task and data must belong to one, and the
+    metric it is selected on must be one of its own; else one line, before anything is built."""
+    from hydra.core.hydra_config import HydraConfig
+
+    choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
+    family = check_combination(cfg.task._target_, cfg.model._target_, cfg.data.datamodule._target_, choices)
+    family.metric(cfg.optimized_metric)
+    return family
+
+
 # conf/callbacks/default.yaml: `mode: ${metric_mode:${optimized_metric}}`
 register_resolver("metric_mode", metric_mode)

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import lightning as L
-from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
@@ -17,7 +16,7 @@ from transformer_lab import plots, tracking
 from transformer_lab.callbacks import RandomState
 from transformer_lab.checkpoints import read_checkpoint
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.families import Family, FamilyDataModule, check_combination
+from transformer_lab.families import FamilyDataModule, check_config
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.utils.cli import JOB_DIR_ENV
 from transformer_lab.utils.instantiate import instantiate_collection
@@ -68,18 +67,9 @@ def print_summary(cfg: DictConfig, metrics: dict, output_dir: Path, seconds: flo
         print(f"  MLflow   {link}")
 
 
-def check_family(cfg: DictConfig) -> Family:
-    """The family this config trains (families.py): model, task and data must belong to one, and
-    the metric it is selected on must be one of its own. One line otherwise, before anything is built."""
-    choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
-    family = check_combination(cfg.task._target_, cfg.model._target_, cfg.data.datamodule._target_, choices)
-    family.metric(cfg.optimized_metric)
-    return family
-
-
 def train(cfg: DictConfig) -> dict[str, float]:
     started = time.perf_counter()
-    check_family(cfg)
+    check_config(cfg)  # parts of one family, a metric of its own: one line otherwise, before anything is built
     tracking.check_tracking(cfg)  # a server that is down stops the run before any data is read
     for node, where in ((cfg.data.datamodule, "data.datamodule"), (cfg.model, "model"), (cfg.task, "task")):
         check_types(node, where)
