@@ -43,12 +43,31 @@ def quiet_console() -> None:
 quiet_console()
 
 
+def lightning_logs_through_hydra() -> None:
+    """Lightning's messages once, through Hydra's handlers (the console and the job's log file).
+
+    Lightning sets up its loggers when first imported: before Hydra configured logging, its own
+    handlers; after, its records reach Hydra's and, through `lightning`'s console handler, the
+    console a second time. The entry points import it after Hydra (so that `--help` and a rejected
+    config answer before torch loads): keep the records, drop Lightning's own handlers."""
+    import lightning  # noqa: F401  (its import adds the handlers)
+
+    root_handlers = logging.getLogger().handlers
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        if root_handlers:
+            for handler in [h for h in logger.handlers if h not in root_handlers]:
+                logger.removeHandler(handler)
+            logger.propagate = True
+
+
 def pipeline(fn):
     """A TransformerLabError (bad input, missing file) becomes one line on stderr and exit code 2."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            lightning_logs_through_hydra()  # Hydra has composed the config: the command will run
             return fn(*args, **kwargs)
         except MissingMandatoryValue as err:
             print(f"error: {err.full_key} is required: pass {err.full_key}=VALUE", file=sys.stderr, flush=True)
