@@ -9,7 +9,8 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.families import check_config  # noqa: E402  (also registers metric_mode)
-from transformer_lab.utils.cli import pipeline, rejoin_ddp_job, resume_run_arguments, run  # noqa: E402
+from transformer_lab.utils.cli import (  # noqa: E402
+    lightning_logs_through_hydra, pipeline, rejoin_ddp_job, resume_run_arguments, run)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -17,6 +18,7 @@ from transformer_lab.utils.cli import pipeline, rejoin_ddp_job, resume_run_argum
 def main(cfg: DictConfig) -> float | None:
     check_config(cfg)  # parts of different families: one line, before torch loads
     from transformer_lab.train import train  # here, not at the top: --help and config errors answer at once
+    lightning_logs_through_hydra()
 
     metrics = train(cfg)
     return metrics.get(cfg.optimized_metric)  # what a sweeper optimises

@@ -7,7 +7,7 @@ import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from transformer_lab.utils.cli import pipeline, run  # noqa: E402
+from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_baseline")
@@ -15,6 +15,7 @@ from transformer_lab.utils.cli import pipeline, run  # noqa: E402
 def main(cfg: DictConfig) -> float | None:
     # imported here, not at the top: --help and a config Hydra rejects answer before torch loads
     from transformer_lab.baselines import train_baseline
+    lightning_logs_through_hydra()
 
     metrics = train_baseline(cfg)
     print(json.dumps(metrics, indent=1))

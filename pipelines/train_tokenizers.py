@@ -8,7 +8,7 @@ import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from transformer_lab.utils.cli import pipeline, run  # noqa: E402
+from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_tokenizers")
@@ -16,6 +16,7 @@ from transformer_lab.utils.cli import pipeline, run  # noqa: E402
 def main(cfg: DictConfig) -> None:
     # imported here, not at the top: --help and a config Hydra rejects answer before torch loads
     from transformer_lab.data.tokenizers import prepare_tokenizers
+    lightning_logs_through_hydra()
 
     summary = prepare_tokenizers(cfg.data.prepared_dir, cfg.output_dir, OmegaConf.to_container(cfg.tokenizers))
     print(json.dumps(summary, indent=1))

@@ -90,6 +90,7 @@ def test_help_lists_groups_and_examples():
         assert options <= set(groups[group].split(", ")), (group, groups.get(group))
 
 
+@pytest.mark.slow  # a Hydra multirun of four training jobs
 def test_multirun_gives_one_mlflow_run_per_job(tmp_path, prepared_atis):
     uri = f"sqlite:///{tmp_path}/sweep.db"
     result = run([PYTHON, ROOT / "pipelines" / "train.py", "-m", "model.n_heads=1,2", "model.n_layers=1,2",

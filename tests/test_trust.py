@@ -82,7 +82,7 @@ def test_a_scikit_learn_model_holding_untrusted_code_is_refused(tmp_path):
 # Small enough for seconds, large enough that every epoch's data order and dropout move the scores.
 RESUMABLE = ["debug=smoke", "trainer.max_epochs=4", "data.datamodule.max_examples=128", "trainer.limit_train_batches=8",
              "trainer.limit_val_batches=4", "task.lr=0.005", "optimized_metric=val/loss",
-             "callbacks.model_checkpoint.mode=min", "+callbacks.kill._target_=kill_switch.KillAtStep"]
+             "+callbacks.kill._target_=kill_switch.KillAtStep"]  # the checkpoint's mode (min) follows the metric
 
 
 def train_process(args: list, env: dict | None = None):
@@ -90,6 +90,7 @@ def train_process(args: list, env: dict | None = None):
                env={"PYTHONPATH": str(ROOT / "tests"), **(env or {})})
 
 
+@pytest.mark.slow  # four training processes, one killed with SIGKILL
 def test_a_run_killed_mid_epoch_resumes_to_the_same_result(tmp_path, prepared_atis):
     """kill -9 in the third epoch (after last.ckpt of the second), resumed with only the run's folder:
     the same final scores and weights as the run that was never stopped, the original record intact."""

@@ -49,7 +49,8 @@ def lightning_logs_through_hydra() -> None:
     Lightning sets up its loggers when first imported: before Hydra configured logging, its own
     handlers; after, its records reach Hydra's and, through `lightning`'s console handler, the
     console a second time. The entry points import it after Hydra (so that `--help` and a rejected
-    config answer before torch loads): keep the records, drop Lightning's own handlers."""
+    config answer before torch loads) and call this right after: keep the records, drop Lightning's
+    own handlers."""
     import lightning  # noqa: F401  (its import adds the handlers)
 
     root_handlers = logging.getLogger().handlers
@@ -67,7 +68,6 @@ def pipeline(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            lightning_logs_through_hydra()  # Hydra has composed the config: the command will run
             return fn(*args, **kwargs)
         except MissingMandatoryValue as err:
             print(f"error: {err.full_key} is required: pass {err.full_key}=VALUE", file=sys.stderr, flush=True)
