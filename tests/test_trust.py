@@ -45,7 +45,8 @@ def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path):
     from transformer_lab.tasks.pretrained import load_pretrained
 
     with pytest.raises(TransformerLabError, match="refused to load"):
-        load_pretrained(torch.nn.Linear(2, 2), str(checkpoint), prefix="model.", from_hub=dict, stage="pretrain_bert",
+        load_pretrained(torch.nn.Linear(2, 2), str(checkpoint), prefix="model.", stage="pretrain_bert",
+                        is_published=lambda source: False, from_published=dict,
                         hub_example="hf:NAME")
     assert not marker.exists()
 

@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig
 
-from transformer_lab import plots, tracking
+from transformer_lab import plots, published, tracking
 from transformer_lab.callbacks import RandomState
 from transformer_lab.checkpoints import read_checkpoint
 from transformer_lab.errors import TransformerLabError
@@ -78,11 +78,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
     os.environ[JOB_DIR_ENV] = str(output_dir)  # for the extra DDP processes of a multirun job (rejoin_ddp_job)
     ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.checkpoint_dir)
 
-    datamodule = instantiate(cfg.data.datamodule)
+    # Published weights bring their tokenizer (the data is encoded with it) and their encoder's sizes.
+    start = published.start_for(cfg.task.get("pretrained"), cfg.model.get("_target_"))
+    datamodule = instantiate(cfg.data.datamodule, **({"tokenizer_path": str(start.folder)} if start else {}))
     if not isinstance(datamodule, FamilyDataModule):
         raise TransformerLabError(f"data.datamodule: {type(datamodule).__name__} lacks model_kwargs()/preprocessor "
                                   "(families.FamilyDataModule)")
-    model_config = build_model_config(cfg.model, datamodule.model_kwargs())
+    model_config = build_model_config(cfg.model, {**datamodule.model_kwargs(), **(start.config_fields() if start else {})})
     if ckpt_path:
         check_resumable(ckpt_path, model_config.to_dict())
     # The preprocessor's state goes in past Hydra: plain data (a tokenizer's JSON among it) that no

@@ -122,7 +122,12 @@ def prepare_tokenizers(corpus_dir: str, output_dir: str, tokenizers: dict) -> di
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
+    """A tokenizer.json, or a Hugging Face model folder's tokenizer (a published start's, published.py)."""
     path = Path(path)
+    if path.is_dir():
+        from transformer_lab.published import folder_tokenizer
+
+        return folder_tokenizer(path)
     if not path.is_file():
         raise DataError(f"{path}: tokenizer not found; run `dvc repro train_tokenizers`")
     return Tokenizer.from_file(str(path))

@@ -13,23 +13,26 @@ from transformer_lab.data.atis_bert import AtisBertPreprocessor
 from transformer_lab.models.bert import BertForJointIntentSlot, BertJointConfig
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
+from transformer_lab.tasks.pretrained import FrozenBody
 from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
 
-class BertJointIntentSlotTask(JointIntentSlotTask):
+class BertJointIntentSlotTask(FrozenBody, JointIntentSlotTask):
     preprocessor_class = AtisBertPreprocessor
 
     def __init__(self, model_config: dict, preprocessor: dict, pretrained: str | None = None, lr: float = 1e-4,
                  weight_decay: float = 0.01, betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1,
                  min_lr_ratio: float = 0.0, slot_loss_coef: float = 1.0, label_smoothing: float = 0.0,
-                 embeddings: dict | None = None):
-        """pretrained: a `pretrain_bert` checkpoint, "hf:NAME", or None for a random start.
+                 embeddings: dict | None = None, freeze: str = "none"):
+        """pretrained: a `pretrain_bert` checkpoint, published weights (minilm, a Hugging Face folder,
+        hf:NAME), or None for a random start. freeze: none | embeddings | encoder (tasks/pretrained.py).
         preprocessor: the datamodule's AtisBertPreprocessor state (the tokenizer itself included),
         so that predict() reads raw words from the checkpoint alone."""
         super().__init__(model_config, preprocessor, lr=lr, weight_decay=weight_decay, betas=betas,
                          warmup_ratio=warmup_ratio, min_lr_ratio=min_lr_ratio, slot_loss_coef=slot_loss_coef,
                          label_smoothing=label_smoothing, embeddings=embeddings)
+        self.freeze_body(self.model.bert, freeze)
 
     def build_model(self, model_config: dict) -> nn.Module:
         model = BertForJointIntentSlot(BertJointConfig(**model_config))

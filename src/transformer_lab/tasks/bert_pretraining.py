@@ -12,6 +12,7 @@ from transformer_lab.data.bert import BertPreprocessor
 from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import batches, inference
+from transformer_lab import published
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_warmup_linear
 from transformer_lab.tasks.throughput import TokenThroughput
@@ -19,12 +20,13 @@ from transformer_lab.tasks.throughput import TokenThroughput
 def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
     """Copy pre-trained encoder weights into `bert` (embeddings, blocks, pooler).
 
-    source: None (keep the random initialisation), a `pretrain_bert` checkpoint (.ckpt), or
-    "hf:NAME" for published `transformers` weights (e.g. hf:bert-base-uncased, which needs
-    its own tokenizer). The encoder's sizes and vocabulary must match the checkpoint's.
+    source: None (keep the random initialisation), a `pretrain_bert` checkpoint (.ckpt), or published
+    weights (published.py: minilm, a Hugging Face folder, hf:NAME; train() has already given the model
+    their sizes and the data their tokenizer). The encoder's sizes and vocabulary must match.
     """
-    load_pretrained(bert, source, prefix="model.bert.", stage="pretrain_bert", hub_example="hf:bert-base-uncased",
-                    from_hub=lambda name: BertForPreTraining.from_pretrained(name).bert.state_dict())
+    load_pretrained(bert, source, prefix="model.bert.", stage="pretrain_bert", hub_example="task.pretrained=minilm",
+                    is_published=published.is_published,
+                    from_published=lambda name: published.resolve(name).body_state_dict())
 
 
 class BertPretrainingTask(TokenEmbeddings, TokenThroughput, L.LightningModule):

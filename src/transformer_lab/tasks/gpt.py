@@ -117,7 +117,8 @@ class GPTClassificationTask(SequenceClassificationTask):
     def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
         model = GPTForSequenceClassification(GPTClassifierConfig(**model_config))
         load_pretrained(model.gpt, pretrained, prefix="model.gpt.", stage="pretrain_gpt", hub_example="hf:gpt2",
-                        from_hub=lambda name: GPTLMHeadModel.from_pretrained(name).gpt.state_dict())
+                        is_published=lambda source: source.startswith("hf:"),
+                        from_published=lambda source: GPTLMHeadModel.from_pretrained(source[3:]).gpt.state_dict())
         return model
 
     def classify(self, batch: dict) -> tuple[ModelOutput, torch.Tensor | None]:

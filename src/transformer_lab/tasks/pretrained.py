@@ -1,5 +1,5 @@
-"""Starting a fine-tuning model from pre-trained weights: a pre-training stage's checkpoint or
-published weights from the Hugging Face hub ("hf:NAME")."""
+"""Starting a fine-tuning model from pre-trained weights (a pre-training stage's checkpoint or
+published weights), and how much of the pre-trained body then trains (`freeze`)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,22 @@ from torch import nn
 from transformer_lab.checkpoints import read_checkpoint
 from transformer_lab.errors import TransformerLabError
 
-HUB_PREFIX = "hf:"
+FREEZE = ("none", "embeddings", "encoder")
 
 
-def load_pretrained(module: nn.Module, source: str | None, *, prefix: str, from_hub: Callable[[str], dict],
-                    stage: str, hub_example: str) -> None:
+def load_pretrained(module: nn.Module, source: str | None, *, prefix: str, stage: str, hub_example: str,
+                    is_published: Callable[[str], bool], from_published: Callable[[str], dict]) -> None:
     """Copy pre-trained weights into `module` (a model's body: embeddings and blocks).
 
-    source: None (keep the random initialisation), a checkpoint of the pre-training task whose
-    parameters for this body start with `prefix`, or "hf:NAME" (from_hub(NAME) gives the
-    body's state dict). Sizes and vocabulary must match; a mismatch is one clear error.
+    source: None (keep the random initialisation), published weights (is_published(source);
+    from_published(source) gives the body's state dict), or a checkpoint of the pre-training task
+    whose parameters for this body start with `prefix`. Sizes and vocabulary must match; a mismatch
+    is one clear error.
     """
     if not source:
         return
-    if source.startswith(HUB_PREFIX):
-        state = from_hub(source[len(HUB_PREFIX):])
+    if is_published(source):
+        state = from_published(source)
     else:
         checkpoint = read_checkpoint(source, f"run `dvc repro {stage}` or set task.pretrained=null "
                                              f"(random start) or {hub_example}")
@@ -37,3 +38,32 @@ def load_pretrained(module: nn.Module, source: str | None, *, prefix: str, from_
         raise TransformerLabError(f"{source}: does not fit this model ({detail}); use the model size and "
                                   "tokenizer it was pre-trained with")
     module.load_state_dict(state)
+
+
+class FrozenBody:
+    """Mixin for a task whose model has a pre-trained BERT body: `task.freeze` fixes part of it.
+
+    none: full fine-tuning. embeddings: the embedding layer stays fixed. encoder: embeddings and every
+    block stay fixed (the body is a feature extractor under a trained pooler and head: the
+    feature-based use of the BERT paper's section 5.3, or a probe). Frozen parameters get no gradient,
+    so the optimiser (schedules.decay_groups) leaves them out, and frozen parts run in eval mode (no
+    dropout in fixed features) even while the rest trains."""
+
+    frozen: tuple[nn.Module, ...] = ()
+
+    def freeze_body(self, body: nn.Module | None, what: str) -> None:
+        if what not in FREEZE:
+            raise TransformerLabError(f"task.freeze={what!r}; expected one of {', '.join(FREEZE)}")
+        if what != "none" and body is None:
+            raise TransformerLabError(f"task.freeze={what}: only the BERT tasks freeze a pre-trained body")
+        self.frozen = {"none": (), "embeddings": (body.embeddings,),
+                       "encoder": (body.embeddings, *body.blocks)}[what] if body is not None else ()
+        for part in self.frozen:
+            part.requires_grad_(False)
+        self.train(self.training)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        for part in self.frozen:
+            part.eval()
+        return self

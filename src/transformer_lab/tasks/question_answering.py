@@ -20,6 +20,7 @@ from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForQuestionAnswering
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
+from transformer_lab.tasks.pretrained import FrozenBody
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.schedules import adamw_warmup_linear
@@ -88,13 +89,14 @@ def spans_to_answers(starts: torch.Tensor, ends: torch.Tensor, offsets: torch.Te
     return answers
 
 
-class QuestionAnsweringTask(TokenEmbeddings, L.LightningModule):
-    """`pretrained`: a `pretrain_bert` checkpoint, "hf:NAME", or None (random start). Loading a
+class QuestionAnsweringTask(FrozenBody, TokenEmbeddings, L.LightningModule):
+    """`pretrained`: a `pretrain_bert` checkpoint, published weights (minilm, a Hugging Face folder,
+    hf:NAME), or None (random start); `freeze`: none | embeddings | encoder (tasks/pretrained.py). Loading a
     trained checkpoint with `load_from_checkpoint(path, pretrained=None)` skips that step."""
 
     def __init__(self, model_config: dict, preprocessor: dict, pretrained: str | None = None, lr: float = 1e-4,
                  weight_decay: float = 0.01, warmup_ratio: float = 0.1, max_answer_tokens: int = 30,
-                 embeddings: dict | None = None):
+                 embeddings: dict | None = None, freeze: str = "none"):
         """preprocessor: the datamodule's QAPreprocessor state (tokenizer, max_len, max_question_tokens);
         it travels in the checkpoint, so that predict() encodes text the way training did."""
         super().__init__()
@@ -106,6 +108,7 @@ class QuestionAnsweringTask(TokenEmbeddings, L.LightningModule):
             raise TransformerLabError(f"data.datamodule.max_len={max_len} exceeds "
                                       f"model.max_len={self.model.config.max_len}")
         load_pretrained_bert(self.model.bert, pretrained)
+        self.freeze_body(self.model.bert, freeze)
         self.metrics = torch.nn.ModuleDict({f"{stage}_{name}": MeanMetric() for stage in ("val", "test")
                                             for name in ("exact_match", "f1")})
 

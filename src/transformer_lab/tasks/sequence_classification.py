@@ -17,23 +17,26 @@ from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import batches, inference
+from transformer_lab.tasks.pretrained import FrozenBody
 from transformer_lab.tasks.schedules import adamw_with_warmup
 
 
-class SequenceClassificationTask(TokenEmbeddings, L.LightningModule):
+class SequenceClassificationTask(FrozenBody, TokenEmbeddings, L.LightningModule):
     lr_decay = "linear"  # after warm-up: BERT's linear decay to 0; the ViT and table tasks decay along a cosine
     preprocessor_class = TextClassificationPreprocessor
 
     def __init__(self, model_config: dict, preprocessor: dict, pretrained: str | None = None, lr: float = 1e-4,
                  weight_decay: float = 0.01, warmup_ratio: float = 0.1, label_smoothing: float = 0.0,
-                 embeddings: dict | None = None):
+                 embeddings: dict | None = None, freeze: str = "none"):
         """preprocessor: the datamodule's `preprocessor.to_state()` (tokenizer, labels, truncation),
-        kept in the checkpoint for predict(). pretrained: a `pretrain_bert` checkpoint, "hf:NAME", or
-        None for a random start. embeddings: {init, vectors} (tasks/embeddings.py)."""
+        kept in the checkpoint for predict(). pretrained: a `pretrain_bert` checkpoint, published
+        weights (minilm, a Hugging Face folder, hf:NAME), or None for a random start. embeddings:
+        {init, vectors} (tasks/embeddings.py). freeze: none | embeddings | encoder (tasks/pretrained.py)."""
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.preprocessor = self.preprocessor_class.from_state(preprocessor)
         self.model = self.build_model(model_config, pretrained)
+        self.freeze_body(getattr(self.model, "bert", None), freeze)
         self.metrics = nn.ModuleDict({stage: self.build_metrics(len(self.preprocessor.labels))
                                       for stage in ("val", "test")})
 
