@@ -79,6 +79,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
                                                        "pretrain_bert", "finetune_sentiment", "finetune_pairs",
+                                                       "finetune_sentiment_scratch", "finetune_sentiment_minilm",
+                                                       "compare_sentiment",
                                                        "finetune_atis", "finetune_qa", "pretrain_gpt",
                                                        "generate_gpt", "finetune_gpt_sentiment", "prepare_images",
                                                        "train_vit", "evaluate_vit", "prepare_tabular",
@@ -87,13 +89,18 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     comparison = json.loads((project / "artifacts/tabular/eval/comparison.json").read_text())
     assert set(comparison) == {"tab_transformer", "tab_mlp", "xgboost", "logistic_regression"}
     assert all(0 <= scores["test/auroc"] <= 1 for scores in comparison.values())
+    # sentiment from three starts, side by side
+    starts = json.loads((project / "artifacts/bert/sentiment_comparison/comparison.json").read_text())
+    assert set(starts) == {"scratch", "own", "minilm"} and all(0 <= s["test/acc"] <= 1 for s in starts.values())
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
                  "artifacts/atis/eval/per_slot_f1.png", "artifacts/word2vec/eval/projection.csv",
                  "data/tokenizers/corpus/bpe/tokenizer.json", "artifacts/vit/eval/confusion.csv",
                  "artifacts/vit/eval/attention.png", "artifacts/vit/eval/misclassified.png",
-                 "artifacts/tabular/eval/comparison.png", "artifacts/tabular/eval/comparison.csv"):
+                 "artifacts/tabular/eval/comparison.png", "artifacts/tabular/eval/comparison.csv",
+                 "artifacts/bert/sentiment_comparison/comparison.png",
+                 "artifacts/bert/sentiment_comparison/comparison.csv"):
         assert (project / plot).is_file()
 
     # Importing the package writes __pycache__ (timestamped .pyc files) into the source folders the
@@ -174,9 +181,17 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     # JointBERT sits in the same experiment as the from-scratch encoder, to compare in the UI
     bert_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "finetune_atis"]
     assert len(bert_runs) == 1 and all("test/slot_f1" in r.data.metrics for r in bert_runs)
-    # BERT and GPT fine-tuned on the same sentiment split sit side by side in one experiment
+    # BERT from three starts and GPT, fine-tuned on the same sentiment split, and the comparison of the
+    # three starts (logged into each of their runs too): one experiment
     sentiment_runs = client.search_runs([client.get_experiment_by_name("sentiment").experiment_id])
-    assert {r.data.tags.get("dvc_stage") for r in sentiment_runs} == {"finetune_sentiment", "finetune_gpt_sentiment"}
+    assert sorted(r.data.tags.get("dvc_stage") or r.info.run_name for r in sentiment_runs) == [
+        "comparison", "finetune_gpt_sentiment", "finetune_sentiment", "finetune_sentiment_minilm",
+        "finetune_sentiment_scratch"]
+    [compared] = [r for r in sentiment_runs if r.info.run_name == "comparison"]
+    assert {"scratch/test/acc", "own/test/acc", "minilm/test/acc"} <= set(compared.data.metrics)
+    assert {a.path for a in client.list_artifacts(compared.info.run_id)} >= {"comparison.png", "comparison.csv"}
+    assert all("eval/test/acc" in r.data.metrics for r in sentiment_runs
+               if (r.data.tags.get("dvc_stage") or "").startswith("finetune_sentiment"))
     [pretrain_gpt] = client.search_runs([client.get_experiment_by_name("gpt_pretrain").experiment_id])
     assert "val/perplexity" in pretrain_gpt.data.metrics
     assert {a.path for a in client.list_artifacts(pretrain_gpt.info.run_id, "samples")} == {

@@ -116,15 +116,16 @@ def attention_maps(images, maps, captions: list[str], out_png: str | Path, title
     return _save(fig, out_png)
 
 
-def model_comparison(rows: list[dict], metrics: list[str], out_png: str | Path, title: str) -> Path:
-    """Grouped bars: one group per model, one bar per metric, each labelled with its value."""
+def model_comparison(rows: list[dict], metrics: list[str], out_png: str | Path, title: str,
+                     name_key: str = "model") -> Path:
+    """Grouped bars: one group per model (row[name_key]), one bar per metric, each labelled with its value."""
     fig, ax = plt.subplots(figsize=(1.8 * len(rows) + 2, 3.8))
     width = 0.8 / len(metrics)
     for m, metric in enumerate(metrics):
         positions = [i + (m - (len(metrics) - 1) / 2) * width for i in range(len(rows))]
         bars = ax.bar(positions, [r[metric] for r in rows], width, label=metric)
         ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=1)
-    ax.set_xticks(range(len(rows)), [r["model"] for r in rows])
+    ax.set_xticks(range(len(rows)), [r[name_key] for r in rows])
     lowest = min(r[metric] for r in rows for metric in metrics)
     ax.set(ylim=(max(0.0, lowest - 0.1), 1.02), ylabel="score", title=title)
     ax.legend(fontsize=8, loc="lower right")

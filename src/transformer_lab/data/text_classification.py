@@ -6,7 +6,8 @@ Sources:
                  `__label__neg|pos text` per line), offline default for single sentences
   next_sentence  pairs from the prepared corpus' held-out documents: is B the sentence after A?
                  (offline default for pairs)
-  local          a CSV/TSV file with named text and label columns
+  local          a CSV/TSV file with named text and label columns (split here), or a directory in
+                 the GLUE layout: train.tsv, dev.tsv (validation) and, if present, test.tsv with labels
   hub            a Hugging Face data set (e.g. stanfordnlp/sst2, nyu-mll/glue rte) with a clear
                  offline error
 """
@@ -65,8 +66,11 @@ def read_table(path: Path, text_a: str, text_b: str | None, label: str) -> list[
     """A CSV (or .tsv) file with a header naming the columns."""
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    delimiter = "\t" if path.suffix in (".tsv", ".tab") else ","
-    rows = list(csv.DictReader(decode_utf8(path, path.read_bytes()).splitlines(), delimiter=delimiter))
+    tab = path.suffix in (".tsv", ".tab")
+    # GLUE's TSV files quote nothing: a '"' inside a sentence is text (csv's quoting would swallow lines)
+    text = decode_utf8(path, path.read_bytes()).removeprefix("\ufeff")  # MRPC's files start with a BOM
+    rows = list(csv.DictReader(text.splitlines(), delimiter="\t" if tab else ",",
+                               quoting=csv.QUOTE_NONE if tab else csv.QUOTE_MINIMAL))
     if not rows:
         raise DataError(f"{path}: no rows under the header")
     missing = [c for c in (text_a, text_b, label) if c and c not in rows[0]]
@@ -101,6 +105,38 @@ def split_examples(examples: list[dict], fractions: tuple[float, float], seed: i
     return splits
 
 
+def read_split_directory(directory: Path, columns: dict) -> dict[str, list[dict]]:
+    """A GLUE-layout directory: train.tsv, dev.tsv (the validation split) and an optional labelled
+    test.tsv; the splits are the files' (nothing is re-split)."""
+    files = {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"}
+    splits = {}
+    for split, name in files.items():
+        path = directory / name
+        if split == "test" and not path.is_file():
+            splits[split] = []
+            continue
+        splits[split] = read_table(path, **columns)
+    return splits
+
+
+def stratified_subset(examples: list[dict], n: int | None, seed: int) -> list[dict]:
+    """n examples with the label proportions of `examples` (largest remainders), drawn with `seed`:
+    the training sets of a label-efficiency curve. None or n >= len keeps them all."""
+    if n is None or n >= len(examples):
+        return list(examples)
+    by_label: dict[str, list[dict]] = {}
+    for example in examples:
+        by_label.setdefault(example["label"], []).append(example)
+    shares = {label: n * len(group) / len(examples) for label, group in by_label.items()}
+    counts = {label: int(share) for label, share in shares.items()}
+    for label in sorted(shares, key=lambda k: (counts[k] - shares[k], k))[: n - sum(counts.values())]:
+        counts[label] += 1
+    rng = random.Random(seed)
+    chosen = [e for label in sorted(by_label) for e in rng.sample(by_label[label], counts[label])]
+    rng.shuffle(chosen)
+    return chosen
+
+
 def next_sentence_examples(prepared_dir: str, seed: int) -> list[dict]:
     """Sentence pairs from the corpus' held-out documents (the pre-training never saw them)."""
     documents = read_documents(prepared_dir, "validation")
@@ -119,6 +155,8 @@ def load_examples(source: str, *, seed: int, fractions: tuple[float, float], loc
         return split_examples(next_sentence_examples(prepared_dir, seed), fractions, seed)
     if source == "local":
         path = Path(local_path or "")
+        if path.is_dir():
+            return read_split_directory(path, columns)
         examples = read_fasttext_labels(path) if path.suffix == ".cor" else read_table(path, **columns)
         return split_examples(examples, fractions, seed)
     if source == "hub":
@@ -182,7 +220,8 @@ class TextClassificationDataModule(L.LightningDataModule):
                  head_tokens: int = 128, batch_size: int = 32, eval_batch_size: int = 128, seed: int = 0,
                  validation_fraction: float = 0.15, test_fraction: float = 0.15, local_path: str | None = None,
                  columns: dict | None = None, hub_id: str | None = None, hub_config: str | None = None,
-                 prepared_dir: str | None = None, num_workers: int = 0, max_examples: int | None = None):
+                 prepared_dir: str | None = None, num_workers: int = 0, max_examples: int | None = None,
+                 train_examples: int | None = None):
         super().__init__()
         tokenizer = load_tokenizer(tokenizer_path)  # before the data: a missing file fails fast
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
@@ -190,6 +229,8 @@ class TextClassificationDataModule(L.LightningDataModule):
         self.splits = load_examples(source, seed=seed, fractions=(validation_fraction, test_fraction),
                                     local_path=local_path, columns=columns, hub_id=hub_id, hub_config=hub_config,
                                     prepared_dir=prepared_dir)
+        # train_examples: a stratified, seeded subset of the training split (label-efficiency curves)
+        self.splits["train"] = stratified_subset(self.splits["train"], train_examples, seed)
         self.preprocessor = TextClassificationPreprocessor(tokenizer,
                                                            training_labels(self.splits, source), max_len,
                                                            truncation, head_tokens)

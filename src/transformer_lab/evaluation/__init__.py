@@ -55,3 +55,23 @@ def log_into_training_run(cfg: DictConfig, metrics: dict[str, float], files: lis
     for path in files:
         client.log_artifact(run_id, str(path), artifact_path)
     return run_id
+
+
+def log_comparison(cfg: DictConfig, metrics: dict[str, dict[str, float]], directories: dict[str, str | Path],
+                   files: list[str | Path]) -> None:
+    """A comparison of several trained models in MLflow: each model's scores (`eval/...`) into the run
+    that trained it (the run reference in its training directory), and the whole comparison (every
+    score as `<model>/<metric>`, and the files) into a `comparison` run of the experiment."""
+    if not cfg.get("logger"):
+        return
+    for name, directory in directories.items():
+        reference = tracking.read_run_reference(Path(directory, tracking.RUN_REFERENCE))
+        if reference:
+            log_into_training_run(cfg, {f"eval/{k}": v for k, v in metrics[name].items()}, [], run_reference=reference)
+    client, run_id = mlflow_run_for(cfg, None, run_name="comparison")
+    for name, scores in metrics.items():
+        for key, value in scores.items():
+            client.log_metric(run_id, f"{name}/{key}", float(value))
+    for path in files:
+        client.log_artifact(run_id, str(path))
+    client.set_terminated(run_id)

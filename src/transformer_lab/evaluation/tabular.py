@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from transformer_lab import baselines, plots, tracking
 from transformer_lab.checkpoints import load_task
 from transformer_lab.data.tabular import fold_rows, read_prepared
-from transformer_lab.evaluation import log_into_training_run, mlflow_run_for, write_csv
+from transformer_lab.evaluation import log_comparison, write_csv
 from transformer_lab.tasks.tabular_classification import TabularClassificationTask, score_probabilities
 from transformer_lab.utils.io import atomic_write_json
 
@@ -46,16 +46,5 @@ def evaluate(cfg: DictConfig) -> dict:
     write_csv(output_dir / "comparison.csv", comparison)
     figure = plots.model_comparison(comparison, metric_names, output_dir / "comparison.png",
                                     f"{schema.name}: {cfg.split} split, {len(labels)} rows")
-    if cfg.get("logger"):
-        for name, directory in cfg.models.items():  # each model's scores into its own training run
-            reference = tracking.read_run_reference(Path(directory, tracking.RUN_REFERENCE))
-            if reference:
-                log_into_training_run(cfg, {f"eval/{k}": v for k, v in metrics[name].items()}, [], run_reference=reference)
-        client, run_id = mlflow_run_for(cfg, None, run_name="comparison")  # the comparison: a run of its own
-        for name, scores in metrics.items():
-            for key, value in scores.items():
-                client.log_metric(run_id, f"{name}/{key}", float(value))
-        for path in (metrics_path, output_dir / "comparison.csv", figure):
-            client.log_artifact(run_id, str(path))
-        client.set_terminated(run_id)
+    log_comparison(cfg, metrics, dict(cfg.models), [metrics_path, output_dir / "comparison.csv", figure])
     return metrics
