@@ -18,8 +18,7 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
 from transformer_lab.data.atis import IGNORE_INDEX, SPLITS, UNK_LABEL, AtisPreprocessor, read_prepared_split
-from transformer_lab.data.bert import pad_batch, special_ids
-from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
+from transformer_lab.data.bert import BertTokenizerPreprocessor, pad_batch
 from transformer_lab.data.tokenizers import load_tokenizer
 
 
@@ -38,7 +37,7 @@ def encode_words(tokenizer: Tokenizer, words: list[str], specials: dict[str, int
 
 
 @dataclass(eq=False)
-class AtisBertPreprocessor(Preprocessor):
+class AtisBertPreprocessor(BertTokenizerPreprocessor):
     """ATIS words as WordPiece pieces, and the intent and slot labels.
 
     State: tokenizer (its JSON), intent_labels, slot_labels, lowercase, max_len."""
@@ -50,7 +49,7 @@ class AtisBertPreprocessor(Preprocessor):
     max_len: int = 128
 
     def __post_init__(self):
-        self.specials = special_ids(self.tokenizer)
+        super().__post_init__()
         self.intent_id = {label: i for i, label in enumerate(self.intent_labels)}
         self.slot_id = {label: i for i, label in enumerate(self.slot_labels)}
 
@@ -58,10 +57,6 @@ class AtisBertPreprocessor(Preprocessor):
     def from_files(cls, prepared_dir: str, tokenizer_path: str, max_len: int = 128) -> AtisBertPreprocessor:
         labels = AtisPreprocessor.from_prepared(prepared_dir)  # the label lists and lowercasing of prepare_atis
         return cls(load_tokenizer(tokenizer_path), labels.intent_labels, labels.slot_labels, labels.lowercase, max_len)
-
-    @property
-    def tokens(self) -> list[str]:
-        return tokenizer_tokens(self.tokenizer)
 
     def encode_words(self, words: list[str]) -> tuple[list[int], list[int]]:
         words = [w.lower() for w in words] if self.lowercase else words

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
 from transformer_lab.data.corpus import read_documents
-from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
+from transformer_lab.data.preprocessing import TokenizerPreprocessor
 from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.errors import DataError
 
@@ -144,19 +144,20 @@ class MaskingCollator:
         return batch
 
 
-@dataclass(eq=False)
-class BertPreprocessor(Preprocessor):
-    """Sentence pairs and texts as `[CLS] A [SEP] (B [SEP])` WordPiece ids. State: tokenizer (its JSON), max_len."""
-
-    tokenizer: Tokenizer
-    max_len: int = 128
+class BertTokenizerPreprocessor(TokenizerPreprocessor):
+    """Base of the preprocessors with a BERT WordPiece tokenizer: `specials`, the ids of its
+    [PAD] [UNK] [CLS] [SEP] [MASK] (a tokenizer without them is one clear error)."""
 
     def __post_init__(self):
         self.specials = special_ids(self.tokenizer)
 
-    @property
-    def tokens(self) -> list[str]:
-        return tokenizer_tokens(self.tokenizer)
+
+@dataclass(eq=False)
+class BertPreprocessor(BertTokenizerPreprocessor):
+    """Sentence pairs and texts as `[CLS] A [SEP] (B [SEP])` WordPiece ids. State: tokenizer (its JSON), max_len."""
+
+    tokenizer: Tokenizer
+    max_len: int = 128
 
     def batch(self, texts: list[str]) -> dict:
         """Model inputs (input_ids, segment_ids, attention_mask) of raw texts, each `[CLS] text [SEP]`

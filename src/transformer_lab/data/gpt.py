@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from transformer_lab.data.bert import IGNORE_INDEX, truncate, truncate_pair
 from transformer_lab.data.corpus import read_documents
-from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
+from transformer_lab.data.preprocessing import TokenizerPreprocessor
 from transformer_lab.data.text_classification import load_examples, split_examples, training_labels
 from transformer_lab.data.tokenizers import END_OF_TEXT, GPT_SPECIAL, load_tokenizer
 from transformer_lab.errors import DataError
@@ -64,17 +64,13 @@ class TokenBlocks(Dataset):
 
 
 @dataclass(eq=False)
-class GPTPreprocessor(Preprocessor):
+class GPTPreprocessor(TokenizerPreprocessor):
     """Text <-> token ids with the BPE or char tokenizer a GPT was trained on. State: tokenizer (its JSON)."""
 
     tokenizer: Tokenizer
 
     def __post_init__(self):
         self.eos_id = self.tokenizer.token_to_id(END_OF_TEXT)
-
-    @property
-    def tokens(self) -> list[str]:
-        return tokenizer_tokens(self.tokenizer)
 
     def encode(self, text: str) -> list[int]:
         """The prompt's ids; an empty prompt starts a new document, as GPT-2 does: after an end-of-text token."""
@@ -172,7 +168,7 @@ def read_choices_jsonl(path: Path) -> list[dict]:
 
 
 @dataclass(eq=False)
-class GPTClassificationPreprocessor(Preprocessor):
+class GPTClassificationPreprocessor(TokenizerPreprocessor):
     """Examples in one of the GPT-1 formats -> token sequences ending in the extract token, and
     their right-padded batches. State: tokenizer (its JSON), labels, format, max_len."""
 
@@ -191,10 +187,6 @@ class GPTClassificationPreprocessor(Preprocessor):
                             "use the bpe or char tokenizer of `train_tokenizers`")
         self.pad_id = ids[END_OF_TEXT]
         self.start_id, self.delimiter_id, self.extract_id = (ids[token] for token in GPT_SPECIAL)
-
-    @property
-    def tokens(self) -> list[str]:
-        return tokenizer_tokens(self.tokenizer)
 
     def _ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

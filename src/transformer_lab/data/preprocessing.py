@@ -37,6 +37,15 @@ class Preprocessor:
         return cls(**values)
 
 
+class TokenizerPreprocessor(Preprocessor):
+    """Base of the preprocessors that encode with a Hugging Face `tokenizers` Tokenizer (their `tokenizer` field)."""
+
+    @property
+    def tokens(self) -> list[str]:
+        """Token strings by id: what maps pre-trained word vectors onto embedding rows (tasks/embeddings.py)."""
+        return tokenizer_tokens(self.tokenizer)
+
+
 def check_state(state, keys: list[str], owner: str) -> None:
     """One line for a state that is not a dict or lacks a key (a checkpoint of another version)."""
     if not isinstance(state, dict):

@@ -28,9 +28,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
-from transformer_lab.data.bert import encode_pair, pad_batch, special_ids
+from transformer_lab.data.bert import BertTokenizerPreprocessor, encode_pair, pad_batch
 from transformer_lab.data.hub import load_hub_dataset
-from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
 from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.errors import DataError, TransformerLabError
 from transformer_lab.utils.io import decode_utf8
@@ -318,7 +317,7 @@ def collate_qa(features: list[dict], pad_id: int) -> dict:
 
 
 @dataclass(eq=False)
-class QAPreprocessor(Preprocessor):
+class QAPreprocessor(BertTokenizerPreprocessor):
     """(question, context) -> `[CLS] question [SEP] passage [SEP]` features with each passage
     token's character span.
 
@@ -331,12 +330,8 @@ class QAPreprocessor(Preprocessor):
     def __post_init__(self):
         if self.max_question_tokens > self.max_len - 4:
             raise TransformerLabError(f"max_question_tokens={self.max_question_tokens} leaves no passage in "
-                                      f"max_len={self.preprocessor.max_len} tokens; lower it or raise max_len")
-        self.specials = special_ids(self.tokenizer)
-
-    @property
-    def tokens(self) -> list[str]:
-        return tokenizer_tokens(self.tokenizer)
+                                      f"max_len={self.max_len} tokens; lower it or raise max_len")
+        super().__post_init__()
 
     def encode(self, examples: list[dict]) -> list[dict]:
         """Features of examples {"question", "context"} (and, to train or score, the answer fields)."""

@@ -25,10 +25,10 @@ import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
-from transformer_lab.data.bert import encode_pair, next_sentence_pairs, pad_batch, special_ids, truncate, truncate_pair
+from transformer_lab.data.bert import (BertTokenizerPreprocessor, encode_pair, next_sentence_pairs, pad_batch,
+                                       truncate, truncate_pair)
 from transformer_lab.data.corpus import read_documents
 from transformer_lab.data.hub import load_hub_dataset
-from transformer_lab.data.preprocessing import Preprocessor, tokenizer_tokens
 from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.errors import DataError
 from transformer_lab.utils.io import decode_utf8
@@ -177,7 +177,7 @@ def training_labels(splits: dict[str, list[dict]], source: str) -> list[str]:
 
 
 @dataclass(eq=False)
-class TextClassificationPreprocessor(Preprocessor):
+class TextClassificationPreprocessor(BertTokenizerPreprocessor):
     """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` with segment ids; long single inputs cut by
     `truncation` (head | tail | head_tail), pairs by BERT's longest-first rule.
 
@@ -188,13 +188,6 @@ class TextClassificationPreprocessor(Preprocessor):
     max_len: int = 128
     truncation: str = "head"
     head_tokens: int = 128
-
-    def __post_init__(self):
-        self.specials = special_ids(self.tokenizer)
-
-    @property
-    def tokens(self) -> list[str]:
-        return tokenizer_tokens(self.tokenizer)
 
     def encode(self, text_a: str, text_b: str | None = None) -> dict:
         a = self.tokenizer.encode(text_a, add_special_tokens=False).ids
