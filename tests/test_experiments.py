@@ -30,6 +30,9 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     cfg = compose_config("train_tokenizers", [f"paths.data_dir={data_dir}", "tokenizers.wordpiece.vocab_size=1000",
                                               "tokenizers.bpe.vocab_size=500", "~tokenizers.char"], root / "tok")
     prepare_tokenizers(cfg.data.prepared_dir, cfg.output_dir, dict(cfg.tokenizers))
+    # the WikiText-2 experiments read their own prepared corpus and tokenizers: the tiny corpus stands in
+    (data_dir / "prepared" / "wikitext2").symlink_to(data_dir / "prepared" / "corpus")
+    (data_dir / "tokenizers" / "wikitext2").symlink_to(data_dir / "tokenizers" / "corpus")
     return data_dir
 
 
@@ -40,6 +43,9 @@ def test_every_experiment_smoke_trains(experiment, tiny_data_dir, tmp_path):
     if "pretrained" in cfg.task:  # a smoke run starts from random weights, not the pre-training stage's output
         with open_dict(cfg):
             cfg.task.pretrained = None
+    if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():  # a GPU-sized experiment, here on the CPU
+        with open_dict(cfg):
+            cfg.trainer.accelerator, cfg.trainer.precision = "cpu", "32-true"
     family = family_of_task(cfg.task._target_)
     assert cfg.callbacks.model_checkpoint.mode == family.metric(cfg.optimized_metric).mode
 

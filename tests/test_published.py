@@ -119,3 +119,17 @@ def test_frozen_parameters_do_not_move(minilm, freeze):
 def test_freeze_rejects_what_it_does_not_know(minilm):
     with pytest.raises(TransformerLabError, match="task.freeze='all'"):
         make_task(minilm, "all")
+
+
+def test_a_training_run_from_minilm_takes_its_tokenizer_and_sizes(tmp_path):
+    from tokenizers import Tokenizer
+
+    from transformer_lab.train import train
+    from transformer_lab.utils.config import compose_config
+
+    cfg = compose_config("train", ["experiment=bert_sentiment_minilm", "debug=smoke", "logger=none"], tmp_path / "run")
+    assert cfg.task.pretrained == "minilm"
+    train(cfg)
+    saved = torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=True)["hyper_parameters"]
+    assert (saved["model_config"]["d_model"], saved["model_config"]["n_layers"]) == (384, 6)
+    assert Tokenizer.from_str(saved["preprocessor"]["tokenizer"]).get_vocab_size() == 30522
