@@ -16,8 +16,9 @@ Tasks and the directory layout each reads (any directory in it, not only ../shar
   mrpc        the same files, GLUE MRPC columns (#1 String, #2 String, Quality) acc, f1
   rte         the same files, GLUE RTE columns (sentence1, sentence2, label)   acc, f1
   atis        train/ dev/ test/ with seq.in, seq.out, label (JointBERT)      intent_acc, slot_f1, sentence_acc
+  conll       eng.train, eng.testa (dev) [, eng.testb] (CoNLL-2003, IOB1)    f1 (entity level, BIO, first piece)
 
-The recipe is experiment=bert_sentiment / bert_pairs / atis_bert (AdamW, warm-up + linear decay)
+The recipe is experiment=bert_sentiment / bert_pairs / atis_bert / bert_ner (AdamW, warm-up + linear decay)
 with --lr, --batch-size and a step budget: max(--min-steps, --epochs x batches per epoch). No
 checkpoint is chosen on dev: the last weights are scored once on dev and, where the directory has
 one, on its test file (`test`). With --reference (sst2) the same MiniLM weights are also fine-tuned
@@ -45,7 +46,7 @@ os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 PAIRS = {"mrpc": ({"text_a": "#1 String", "text_b": "#2 String", "label": "Quality"}, "1"),
          "rte": ({"text_a": "sentence1", "text_b": "sentence2", "label": "label"}, "entailment")}
 TEXT_TASKS = {"sst2": ({"text_a": "sentence", "text_b": None, "label": "label"}, None), **PAIRS}
-TASKS = (*TEXT_TASKS, "atis")
+TASKS = (*TEXT_TASKS, "atis", "conll")
 
 
 def parse_list(text: str | None, kind=str) -> list:
@@ -146,6 +147,35 @@ def run_atis(args, init: str, seed: int, work: Path) -> dict:
 
     return {"init": init, "train_examples": len(splits["train"]), "seed": seed, "steps": steps,
             "train_seconds": round(seconds, 1), "dev": scores(splits["dev"]), "test": scores(splits["test"])}
+
+
+def run_conll(args, init: str, seed: int, work: Path) -> dict:
+    from transformer_lab.checkpoints import load_task
+    from transformer_lab.data.conll import read_conll_dir
+    from transformer_lab.metrics import SlotF1
+    from transformer_lab.tasks.token_classification import TokenClassificationTask
+
+    splits = read_conll_dir(args.data)
+    steps = max(args.min_steps, math.ceil(args.epochs * len(splits["train"]) / args.batch_size))
+    run_dir = work / f"conll-{init.replace('/', '_').replace(':', '_')}-{seed}"
+    overrides = ["experiment=bert_ner", "logger=none", f"seed={seed}", f"data.data_dir={Path(args.data).resolve()}",
+                 f"data.datamodule.batch_size={args.batch_size}", f"task.lr={args.lr}",
+                 "trainer.max_epochs=-1", f"+trainer.max_steps={steps}", "trainer.check_val_every_n_epoch=100000",
+                 "callbacks.model_checkpoint.monitor=null", f"test={bool(splits['test'])}",
+                 *start_overrides(init, work), *args.set]
+    seconds = train_once(overrides, run_dir)
+    task = load_task(run_dir / "checkpoints" / "last.ckpt", TokenClassificationTask, "experiment=bert_ner")
+
+    def scores(sentences):
+        metric = SlotF1()
+        metric.update(task.predict([s["words"] for s in sentences]), [s["tags"] for s in sentences])
+        return {"f1": round(metric.compute().item(), 4)}
+
+    row = {"init": init, "train_examples": len(splits["train"]), "seed": seed, "steps": steps,
+           "train_seconds": round(seconds, 1), "dev": scores(splits["validation"])}
+    if splits["test"]:
+        row["test"] = scores(splits["test"])
+    return row
 
 
 def train_once(overrides: list[str], run_dir: Path) -> float:
@@ -253,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformer_lab.utils.io import atomic_write_json
 
     sizes = [None if s == "all" else int(s) for s in parse_list(args.train_examples)] or [None]
-    if args.task == "atis" and sizes != [None]:
+    if args.task in ("atis", "conll") and sizes != [None]:
         parser.error("--train-examples: text tasks only")
     result = {"task": args.task, "data": str(Path(args.data).resolve()), "results": [],
               "recipe": {"epochs": args.epochs, "min_steps": args.min_steps, "batch_size": args.batch_size,
@@ -272,8 +302,11 @@ def main(argv: list[str] | None = None) -> int:
                     for init in parse_list(args.init):
                         if (init, n, seed) in done:
                             continue
-                        row = (run_atis(args, init, seed, Path(tmp)) if args.task == "atis"
-                               else run_text(args, init, n, seed, Path(tmp)))
+                        if args.task in ("atis", "conll"):
+                            run = run_atis if args.task == "atis" else run_conll
+                            row = run(args, init, seed, Path(tmp))
+                        else:
+                            row = run_text(args, init, n, seed, Path(tmp))
                         result["results"].append({**row, "requested_examples": n})
                         atomic_write_json(args.out, result)
                         print(f"transfer {args.task}: {init} n={row['train_examples']} seed={seed} "

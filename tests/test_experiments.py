@@ -9,6 +9,7 @@ import torch
 from omegaconf import open_dict
 
 from conftest import ROOT
+from test_conll import write_toy_conll
 from transformer_lab.data.tokenizers import prepare_tokenizers
 from transformer_lab.families import family_of_task
 from transformer_lab.prepare import prepare
@@ -33,6 +34,7 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     # the WikiText-2 experiments read their own prepared corpus and tokenizers: the tiny corpus stands in
     (data_dir / "prepared" / "wikitext2").symlink_to(data_dir / "prepared" / "corpus")
     (data_dir / "tokenizers" / "wikitext2").symlink_to(data_dir / "tokenizers" / "corpus")
+    write_toy_conll(data_dir / "conll2003")  # experiment=bert_ner reads data.data_dir (paths.data_dir/conll2003)
     return data_dir
 
 

@@ -6,8 +6,8 @@ own embeddings and heads.
     hidden[:, 0] ([CLS]) ─► dense + tanh                               = pooled
     pre-training heads: masked-LM (dense, GELU, LayerNorm, decoder tied to the token
     embedding + own bias) on hidden states; next-sentence (2-way) on pooled
-    fine-tuning heads: sequence / pair classification on pooled, token labelling (+ intent)
-    on hidden states, extractive QA (start/end logits) on hidden states
+    fine-tuning heads: sequence / pair classification on pooled, token labelling (tags, or
+    tags + intent) on hidden states, extractive QA (start/end logits) on hidden states
 
 Parameter names convert one-to-one to Hugging Face `transformers` BERT checkpoints
 (`from_hf_state_dict` / `to_hf_state_dict`), so published weights load and the tests can
@@ -253,6 +253,31 @@ class BertForJointIntentSlot(nn.Module):
         intent_logits = self.intent_head(self.dropout(pooled))  # before the slots: the dropout masks' order
         slot_logits = self.slot_head(self.dropout(hidden))
         return ModelOutput(logits=intent_logits, slot_logits=slot_logits, hidden_states=hidden, attentions=attentions)
+
+
+@dataclass
+class BertTaggerConfig(BertConfig):
+    n_labels: int = 2
+
+
+class BertForTokenClassification(nn.Module):
+    """A tag for every token from its hidden state (named entities; the task scores each word's first piece)."""
+
+    def __init__(self, config: BertTaggerConfig):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.dropout = nn.Dropout(config.dropout)
+        self.classifier = nn.Linear(config.d_model, config.n_labels)
+        _init_weights(self.classifier)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.bert.embeddings.token
+
+    def forward(self, input_ids, segment_ids=None, attention_mask=None, *, return_weights=False) -> ModelOutput:
+        """logits: tag logits (batch, length, n_labels)."""
+        hidden, _, attentions = self.bert(input_ids, segment_ids, attention_mask, return_weights=return_weights)
+        return ModelOutput(logits=self.classifier(self.dropout(hidden)), hidden_states=hidden, attentions=attentions)
 
 
 class BertForQuestionAnswering(nn.Module):
