@@ -17,8 +17,10 @@ Tasks and the directory layout each reads (any directory in it, not only ../shar
   rte         the same files, GLUE RTE columns (sentence1, sentence2, label)   acc, f1
   atis        train/ dev/ test/ with seq.in, seq.out, label (JointBERT)      intent_acc, slot_f1, sentence_acc
   conll       eng.train, eng.testa (dev) [, eng.testb] (CoNLL-2003, IOB1)    f1 (entity level, BIO, first piece)
+  squad       train-v1.1.json + dev-v1.1.json, or dev-v1.1.json alone: then  em, f1 (SQuAD's answer normalisation)
+              --squad-train-articles of its articles train (drawn with the seed) and the rest are scored
 
-The recipe is experiment=bert_sentiment / bert_pairs / atis_bert / bert_ner (AdamW, warm-up + linear decay)
+The recipe is experiment=bert_sentiment / bert_pairs / atis_bert / bert_ner / bert_qa (AdamW, warm-up + linear decay)
 with --lr, --batch-size and a step budget: max(--min-steps, --epochs x batches per epoch). No
 checkpoint is chosen on dev: the last weights are scored once on dev and, where the directory has
 one, on its test file (`test`). With --reference (sst2) the same MiniLM weights are also fine-tuned
@@ -46,7 +48,8 @@ os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 PAIRS = {"mrpc": ({"text_a": "#1 String", "text_b": "#2 String", "label": "Quality"}, "1"),
          "rte": ({"text_a": "sentence1", "text_b": "sentence2", "label": "label"}, "entailment")}
 TEXT_TASKS = {"sst2": ({"text_a": "sentence", "text_b": None, "label": "label"}, None), **PAIRS}
-TASKS = (*TEXT_TASKS, "atis", "conll")
+TASKS = (*TEXT_TASKS, "atis", "conll", "squad")
+TAGGING = ("atis", "conll", "squad")  # tasks with their own runner (no --train-examples)
 
 
 def parse_list(text: str | None, kind=str) -> list:
@@ -178,15 +181,39 @@ def run_conll(args, init: str, seed: int, work: Path) -> dict:
     return row
 
 
-def train_once(overrides: list[str], run_dir: Path) -> float:
+def run_squad(args, init: str, seed: int, work: Path) -> dict:
+    from transformer_lab.data.qa import read_squad, split_articles
+
+    data = Path(args.data)
+    if (data / "train-v1.1.json").is_file():
+        files = {"train": data / "train-v1.1.json", "validation": data / "dev-v1.1.json"}
+    else:
+        split = split_articles(data / "dev-v1.1.json", args.squad_train_articles, work / f"squad-{seed}", seed)
+        files = {"train": split["train"], "validation": split["heldout"]}
+    n_train = len(read_squad(files["train"]))
+    steps = max(args.min_steps, math.ceil(args.epochs * n_train / args.batch_size))
+    run_dir = work / f"squad-{init.replace('/', '_').replace(':', '_')}-{seed}"
+    overrides = ["experiment=bert_qa", "logger=none", f"seed={seed}", "data.source=local",
+                 f"data.local_files.train={files['train']}", f"data.local_files.validation={files['validation']}",
+                 "data.datamodule.max_len=384", "data.datamodule.max_question_tokens=64",  # SQuAD's usual lengths
+                 f"data.datamodule.batch_size={args.batch_size}", f"task.lr={args.lr}",
+                 "trainer.max_epochs=-1", f"+trainer.max_steps={steps}", "trainer.check_val_every_n_epoch=100000",
+                 "callbacks.model_checkpoint.monitor=null", "test=false", *start_overrides(init, work), *args.set]
+    seconds, metrics = train_once(overrides, run_dir, with_metrics=True)
+    return {"init": init, "train_examples": n_train, "seed": seed, "steps": steps, "train_seconds": round(seconds, 1),
+            "dev": {"em": round(metrics["val/exact_match"], 4), "f1": round(metrics["val/f1"], 4)}}
+
+
+def train_once(overrides: list[str], run_dir: Path, with_metrics: bool = False):
     from transformer_lab.train import train
     from transformer_lab.utils.config import compose_config
 
     cfg = compose_config("train", [*overrides, "callbacks.rich_progress_bar=null", "tracking.log_trained_model=false"],
                          run_dir)
     start = time.perf_counter()
-    train(cfg)
-    return time.perf_counter() - start
+    metrics = train(cfg)
+    seconds = time.perf_counter() - start
+    return (seconds, metrics) if with_metrics else seconds
 
 
 def reference(args, n: int, seed: int) -> dict:
@@ -272,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", action="store_true",
                         help="sst2: also transformers' BertForSequenceClassification on the same batches "
                              "(1,000 sentences, MiniLM, the first seed)")
+    parser.add_argument("--squad-train-articles", type=int, default=38,
+                        help="squad with dev-v1.1.json alone: articles to train on, the rest scored (default 38)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Hydra override of every run's training config (repeatable)")
     parser.add_argument("--out", required=True, help="JSON file to write")
@@ -283,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformer_lab.utils.io import atomic_write_json
 
     sizes = [None if s == "all" else int(s) for s in parse_list(args.train_examples)] or [None]
-    if args.task in ("atis", "conll") and sizes != [None]:
+    if args.task in TAGGING and sizes != [None]:
         parser.error("--train-examples: text tasks only")
     result = {"task": args.task, "data": str(Path(args.data).resolve()), "results": [],
               "recipe": {"epochs": args.epochs, "min_steps": args.min_steps, "batch_size": args.batch_size,
@@ -302,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                     for init in parse_list(args.init):
                         if (init, n, seed) in done:
                             continue
-                        if args.task in ("atis", "conll"):
-                            run = run_atis if args.task == "atis" else run_conll
+                        if args.task in TAGGING:
+                            run = {"atis": run_atis, "conll": run_conll, "squad": run_squad}[args.task]
                             row = run(args, init, seed, Path(tmp))
                         else:
                             row = run_text(args, init, n, seed, Path(tmp))

@@ -51,6 +51,39 @@ def test_glue_directories_keep_their_splits_and_their_quotes(tmp_path):
         read_split_directory(tmp_path / "mrpc", {"text_a": "sentence", "text_b": None, "label": "label"})
 
 
+def squad_file(path: Path, n_articles: int) -> Path:
+    articles = [{"title": f"article {a}", "paragraphs": [{"context": f"Ada {a} was born in Paris.", "qas": [
+        {"id": f"{a}-{q}", "question": f"Where was Ada {a} born ({q})?",
+         "answers": [{"text": "Paris", "answer_start": len(f"Ada {a} was born in ")}]} for q in range(3)]}]}
+        for a in range(n_articles)]
+    path.write_text(json.dumps({"version": "1.1", "data": articles}))
+    return path
+
+
+def test_squad_is_split_by_article_never_across_one(tmp_path):
+    from transformer_lab.data.qa import read_squad, split_articles
+
+    source = squad_file(tmp_path / "dev-v1.1.json", 12)
+    split = split_articles(source, 9, tmp_path / "split", seed=0)
+    train, heldout = read_squad(split["train"]), read_squad(split["heldout"])
+    assert len(train) == 27 and len(heldout) == 9
+    assert not {e["context"] for e in train} & {e["context"] for e in heldout}  # no article on both sides
+    assert {e["id"] for e in train} | {e["id"] for e in heldout} == {e["id"] for e in read_squad(source)}
+    again = split_articles(source, 9, tmp_path / "again", seed=0)
+    assert again["train"].read_text() == split["train"].read_text()  # seeded
+    with pytest.raises(TransformerLabError, match="12 articles; cannot keep 12"):
+        split_articles(source, 12, tmp_path / "all", seed=0)
+
+
+@pytest.mark.skipif(not (ROOT / ".." / "shared" / "data" / "squad").is_dir(), reason="../shared/data/squad absent")
+def test_the_real_squad_dev_file_splits_38_to_10_articles(tmp_path):
+    from transformer_lab.data.qa import split_articles
+
+    split = split_articles(ROOT / ".." / "shared" / "data" / "squad" / "dev-v1.1.json", 38, tmp_path, seed=0)
+    titles = {name: {a["title"] for a in json.loads(path.read_text())["data"]} for name, path in split.items()}
+    assert (len(titles["train"]), len(titles["heldout"])) == (38, 10) and not titles["train"] & titles["heldout"]
+
+
 def comparison_config(tmp_path, starts: dict) -> OmegaConf:
     return OmegaConf.create({"task_name": "sentiment", "title": "t", "metrics": ["val/acc", "test/acc"],
                              "logger": None, "paths": {"output_dir": str(tmp_path / "out")}, "starts": starts})

@@ -230,6 +230,27 @@ def read_squad(path: str | Path) -> list[dict]:
     return examples
 
 
+def split_articles(path: str | Path, n_train: int, output_dir: str | Path, seed: int = 0) -> dict[str, Path]:
+    """A SQuAD v1.1 file split by article (never by question: the questions of one paragraph share its
+    answers' context): n_train articles drawn with `seed` to train.json, the rest to heldout.json,
+    each a SQuAD v1.1 file of its own. Returns the two paths."""
+    read_squad(path)  # the whole file checked first: a bad record names itself here, not halfway through
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    articles = list(data["data"])
+    if not 0 < n_train < len(articles):
+        raise DataError(f"{path}: {len(articles)} articles; cannot keep {n_train} for training and the rest held out")
+    order = list(range(len(articles)))
+    random.Random(seed).shuffle(order)
+    chosen = set(order[:n_train])
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"train": output_dir / "train.json", "heldout": output_dir / "heldout.json"}
+    for name, keep in (("train", True), ("heldout", False)):
+        part = [article for i, article in enumerate(articles) if (i in chosen) == keep]
+        paths[name].write_text(json.dumps({"version": data.get("version", "1.1"), "data": part}), encoding="utf-8")
+    return paths
+
+
 def examples_from_hub_rows(rows, where: str) -> list[dict]:
     """Rows of the hub's SQuAD (id, title, context, question, answers{text, answer_start})."""
     examples = []
