@@ -27,7 +27,8 @@ one, on its test file (`test`). With --reference (sst2) the same MiniLM weights 
 by `transformers`' BertForSequenceClassification on the same batches, same recipe and steps,
 beside this project's model in one loop (`reference`: dev accuracy and seconds per step of both).
 Results are written after every run, so a long benchmark keeps what it has measured; run the same
-command again and the rows already in --out (same task and data) are kept, not re-run.
+command again and the rows already in --out (same task and data) are kept, not re-run. The end of
+a run prints (and `summary` holds) each start's mean, min and max over the seeds.
 """
 
 from __future__ import annotations
@@ -283,6 +284,45 @@ def reference(args, n: int, seed: int) -> dict:
     return result
 
 
+def summarise(rows: list[dict]) -> list[dict]:
+    """Per start and training-set size: each dev (and test) metric's mean, min and max over the seeds."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["init"], row["train_examples"]), []).append(row)
+    summary = []
+    for (init, n), group in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
+        entry = {"init": init, "train_examples": n, "seeds": sorted(r["seed"] for r in group),
+                 "train_seconds_mean": round(sum(r["train_seconds"] for r in group) / len(group), 1)}
+        for split in ("dev", "test"):
+            if all(split in r for r in group):
+                for metric in group[0][split]:
+                    values = [r[split][metric] for r in group]
+                    entry[f"{split}_{metric}"] = {"mean": round(sum(values) / len(values), 4),
+                                                  "min": min(values), "max": max(values)}
+        summary.append(entry)
+    return summary
+
+
+def markdown(summary: list[dict]) -> str:
+    """The summary as a table: mean (min–max over n seeds)."""
+    metrics = [k for k in summary[0] if k.startswith(("dev_", "test_"))] if summary else []
+    lines = ["| start | train examples | seeds | " + " | ".join(metrics) + " | train s (mean) |",
+             "|---|---|---|" + "---|" * len(metrics) + "---|"]
+    for entry in summary:
+        cells = []
+        for metric in metrics:
+            value = entry.get(metric)
+            if value is None:
+                cells.append("–")
+            elif value["min"] == value["max"]:
+                cells.append(f"{value['mean']:.3f}")
+            else:
+                cells.append(f"{value['mean']:.3f} ({value['min']:.3f}–{value['max']:.3f})")
+        lines.append(f"| {entry['init']} | {entry['train_examples']:,} | {len(entry['seeds'])} | "
+                     + " | ".join(cells) + f" | {entry['train_seconds_mean']:.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True, choices=TASKS)
@@ -350,7 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     result["total_seconds"] = round(time.perf_counter() - started, 1)
+    result["summary"] = summarise(result["results"])
     atomic_write_json(args.out, result)
+    print(markdown(result["summary"]))
     return 0
 
 

@@ -125,6 +125,9 @@ def test_transfer_benchmark_writes_the_json_contract_and_resumes(tmp_path):
                                                                                        ("scratch", 24, 0)]
     for row in written["results"]:
         assert row["train_seconds"] > 0 and 0 <= row["dev"]["acc"] <= 1 and 0 <= row["test"]["acc"] <= 1
+    summary = {(e["init"], e["train_examples"]): e for e in written["summary"]}
+    assert summary[("scratch", 6)]["dev_acc"]["mean"] == written["results"][0]["dev"]["acc"]
+    assert "| scratch | 6 | 1 |" in result.stdout  # the summary table at the end of the run
     again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert again.returncode == 0 and "transfer sst2:" not in again.stdout  # both rows kept, none re-run
     assert json.loads(out.read_text())["results"] == written["results"]
