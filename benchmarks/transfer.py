@@ -362,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
     if (previous.get("task"), previous.get("data")) == (result["task"], result["data"]):
         result["results"] = previous["results"]  # resume: what was measured stays
+    earlier_seconds = previous.get("total_seconds", 0.0) if result["results"] else 0.0  # resumed: their time too
     done = {(r["init"], r.get("requested_examples"), r["seed"]) for r in result["results"]}
     started = time.perf_counter()
     try:
@@ -389,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     except TransformerLabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    result["total_seconds"] = round(time.perf_counter() - started, 1)
+    result["total_seconds"] = round(earlier_seconds + time.perf_counter() - started, 1)
     result["summary"] = summarise(result["results"])
     atomic_write_json(args.out, result)
     print(markdown(result["summary"]))
