@@ -28,6 +28,7 @@ def _cases(tokenizer_path) -> dict:
     from transformer_lab.data.atis import AtisPreprocessor
     from transformer_lab.data.atis_bert import AtisBertPreprocessor
     from transformer_lab.data.bert import BertPreprocessor
+    from transformer_lab.data.conll import TaggingPreprocessor
     from transformer_lab.data.gpt import GPTClassificationPreprocessor, GPTPreprocessor
     from transformer_lab.data.images import ImagePreprocessor
     from transformer_lab.data.qa import QAPreprocessor
@@ -42,6 +43,7 @@ def _cases(tokenizer_path) -> dict:
     from transformer_lab.tasks.question_answering import QuestionAnsweringTask
     from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
     from transformer_lab.tasks.tabular_classification import TabularClassificationTask
+    from transformer_lab.tasks.token_classification import TokenClassificationTask
     from transformer_lab.tasks.word2vec import Word2VecTask
 
     torch.manual_seed(0)
@@ -69,6 +71,9 @@ def _cases(tokenizer_path) -> dict:
         "bert_classifier": (SequenceClassificationTask({**bert, "n_classes": 2}, TextClassificationPreprocessor(
                                 wordpiece, ["neg", "pos"], max_len=32).to_state()),
                             lambda task: task.predict([TEXTS[0], (TEXTS[1], TEXTS[2]), TEXTS[3]], batch_size=2)),
+        "bert_ner": (TokenClassificationTask({**bert, "n_labels": 3}, TaggingPreprocessor(
+                         wordpiece, ["B-LOC", "I-LOC", "O"], max_len=32).to_state()),
+                     lambda task: task.predict(words, batch_size=3)),
         "bert_pretraining": (BertPretrainingTask(bert, BertPreprocessor(wordpiece, max_len=32).to_state()),
                              lambda task: task.predict(masked, batch_size=1)),
         "gpt_classifier": (GPTClassificationTask({**gpt, "n_classes": 2}, GPTClassificationPreprocessor(
@@ -93,7 +98,7 @@ def gpt_tokenizer():
     return train_tokenizer("bpe", TEXTS * 3, 300)
 
 
-CASES = ["atis", "bert_atis", "bert_qa", "bert_classifier", "bert_pretraining", "gpt_classifier",
+CASES = ["atis", "bert_atis", "bert_qa", "bert_classifier", "bert_ner", "bert_pretraining", "gpt_classifier",
          "gpt_pretraining", "vit", "tabular", "word2vec"]
 
 
