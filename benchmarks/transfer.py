@@ -82,6 +82,14 @@ def start_overrides(init: str, work: Path) -> list[str]:
     return [f"task.pretrained={init}"]
 
 
+def recipe_overrides(args, steps: int) -> list[str]:
+    """What every start and task shares: batch size, lr, a budget of `steps` optimiser steps, no
+    validation during training and no checkpoint chosen on dev (the last weights are scored)."""
+    return [f"data.datamodule.batch_size={args.batch_size}", f"task.lr={args.lr}", "trainer.max_epochs=-1",
+            f"+trainer.max_steps={steps}", "trainer.check_val_every_n_epoch=100000",
+            "callbacks.model_checkpoint.monitor=null"]
+
+
 def text_scores(task, examples: list[dict], positive: str | None) -> dict:
     """acc (and binary F1 of the positive label, for pairs) of the task's predictions."""
     inputs = [e["text_a"] if e["text_b"] is None else (e["text_a"], e["text_b"]) for e in examples]
@@ -112,9 +120,7 @@ def run_text(args, init: str, n: int | None, seed: int, work: Path) -> dict:
                  f"data.local_path={Path(args.data).resolve()}",
                  "data.columns={" + ",".join(f"{k}:{'null' if v is None else repr(v)}" for k, v in columns.items()) + "}",
                  f"data.datamodule.train_examples={'null' if n is None else n}",
-                 f"data.datamodule.batch_size={args.batch_size}", f"task.lr={args.lr}",
-                 "trainer.max_epochs=-1", f"+trainer.max_steps={steps}", "trainer.check_val_every_n_epoch=100000",
-                 "callbacks.model_checkpoint.monitor=null", f"test={bool(splits['test'])}",
+                 *recipe_overrides(args, steps), f"test={bool(splits['test'])}",
                  *start_overrides(init, work), *args.set]
     seconds = train_once(overrides, run_dir)
     task = load_task(run_dir / "checkpoints" / "last.ckpt", SequenceClassificationTask, "finetune_sentiment")
@@ -138,9 +144,7 @@ def run_atis(args, init: str, seed: int, work: Path) -> dict:
     steps = max(args.min_steps, math.ceil(args.epochs * len(splits["train"]) / args.batch_size))
     run_dir = work / f"atis-{init.replace('/', '_').replace(':', '_')}-{seed}"
     overrides = ["experiment=atis_bert", "logger=none", f"seed={seed}", f"data.prepared_dir={prepared}",
-                 f"data.datamodule.batch_size={args.batch_size}", f"task.lr={args.lr}",
-                 "trainer.max_epochs=-1", f"+trainer.max_steps={steps}", "trainer.check_val_every_n_epoch=100000",
-                 "callbacks.model_checkpoint.monitor=null", "test=true", *start_overrides(init, work), *args.set]
+                 *recipe_overrides(args, steps), "test=true", *start_overrides(init, work), *args.set]
     seconds = train_once(overrides, run_dir)
     task = load_task(run_dir / "checkpoints" / "last.ckpt", BertJointIntentSlotTask, "finetune_atis")
 
@@ -163,9 +167,7 @@ def run_conll(args, init: str, seed: int, work: Path) -> dict:
     steps = max(args.min_steps, math.ceil(args.epochs * len(splits["train"]) / args.batch_size))
     run_dir = work / f"conll-{init.replace('/', '_').replace(':', '_')}-{seed}"
     overrides = ["experiment=bert_ner", "logger=none", f"seed={seed}", f"data.data_dir={Path(args.data).resolve()}",
-                 f"data.datamodule.batch_size={args.batch_size}", f"task.lr={args.lr}",
-                 "trainer.max_epochs=-1", f"+trainer.max_steps={steps}", "trainer.check_val_every_n_epoch=100000",
-                 "callbacks.model_checkpoint.monitor=null", f"test={bool(splits['test'])}",
+                 *recipe_overrides(args, steps), f"test={bool(splits['test'])}",
                  *start_overrides(init, work), *args.set]
     seconds = train_once(overrides, run_dir)
     task = load_task(run_dir / "checkpoints" / "last.ckpt", TokenClassificationTask, "experiment=bert_ner")
@@ -197,9 +199,7 @@ def run_squad(args, init: str, seed: int, work: Path) -> dict:
     overrides = ["experiment=bert_qa", "logger=none", f"seed={seed}", "data.source=local",
                  f"data.local_files.train={files['train']}", f"data.local_files.validation={files['validation']}",
                  "data.datamodule.max_len=384", "data.datamodule.max_question_tokens=64",  # SQuAD's usual lengths
-                 f"data.datamodule.batch_size={args.batch_size}", f"task.lr={args.lr}",
-                 "trainer.max_epochs=-1", f"+trainer.max_steps={steps}", "trainer.check_val_every_n_epoch=100000",
-                 "callbacks.model_checkpoint.monitor=null", "test=false", *start_overrides(init, work), *args.set]
+                 *recipe_overrides(args, steps), "test=false", *start_overrides(init, work), *args.set]
     seconds, metrics = train_once(overrides, run_dir, with_metrics=True)
     return {"init": init, "train_examples": n_train, "seed": seed, "steps": steps, "train_seconds": round(seconds, 1),
             "dev": {"em": round(metrics["val/exact_match"], 4), "f1": round(metrics["val/f1"], 4)}}
