@@ -6,6 +6,7 @@ import pytest
 from mlflow import MlflowClient
 
 from conftest import PYTHON, ROOT, run
+from transformer_lab.errors import TransformerLabError
 from transformer_lab.train import train
 from transformer_lab.utils.config import compose_config
 
@@ -101,17 +102,61 @@ def test_evaluate_logs_into_the_training_run(smoke_run, prepared_atis, tmp_path)
 
 def test_predict_prints_intent_and_a_tag_per_word(smoke_run):
     text = "cheapest flight to fly from MIT to Mars"
-    result = run([PYTHON, ROOT / "pipelines" / "predict.py", f"text={text}", f"checkpoint={smoke_run['dir']}/checkpoints/best.ckpt",
+    result = run([PYTHON, ROOT / "pipelines" / "predict.py", f"text={text}", f"model={smoke_run['dir']}",
                   f"hydra.run.dir={smoke_run['dir']}/predict"])
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.strip().splitlines()
-    assert lines[0].startswith("intent: ")
-    assert [line.split()[0] for line in lines[1:]] == text.split()
-    assert all(line.split()[1] == "O" or line.split()[1][:2] in ("B-", "I-") for line in lines[1:])
+    printed = json.loads(result.stdout)
+    assert printed["words"] == text.split() and len(printed["tags"]) == len(text.split())
+    assert isinstance(printed["intent"], str)
+    assert all(tag == "O" or tag[:2] in ("B-", "I-") for tag in printed["tags"])
 
-    missing = run([PYTHON, ROOT / "pipelines" / "predict.py", "text=hello", "checkpoint=/nonexistent.ckpt",
+    missing = run([PYTHON, ROOT / "pipelines" / "predict.py", "text=hello", "model=/nonexistent.ckpt",
                    f"hydra.run.dir={smoke_run['dir']}/predict"])
-    assert missing.returncode == 2 and missing.stderr.strip().startswith("error: /nonexistent.ckpt: checkpoint not found")
+    assert missing.returncode == 2 and missing.stderr.strip().startswith("error: model=/nonexistent.ckpt: no such")
+
+
+def test_pipelines_read_a_run_from_its_folder_its_mlflow_run_and_the_registry(smoke_run):
+    import torch
+
+    from transformer_lab import pipeline
+
+    checkpoint = torch.load(smoke_run["dir"] / "checkpoints" / "best.ckpt", weights_only=True)
+    assert checkpoint["family"] == "joint_intent_slot"  # what tells a pipeline which task reads it
+    text = "flights from boston to denver"
+    expected = pipeline(model=str(smoke_run["dir"]))(text)
+    assert expected["words"] == text.split() and isinstance(expected["intent"], str)
+    run_id, uri = smoke_run["run_id"], smoke_run["uri"]
+    for model in (run_id, f"runs:/{run_id}"):
+        assert pipeline(model=model, tracking_uri=uri)(text) == expected
+    client = MlflowClient(uri)
+    client.create_registered_model("atis_tagger")
+    version = client.create_model_version("atis_tagger", f"runs:/{run_id}/model", run_id=run_id)
+    client.set_registered_model_alias("atis_tagger", "champion", version.version)
+    assert pipeline(model="models:/atis_tagger@champion", tracking_uri=uri)(text) == expected
+    assert pipeline(model=f"models:/atis_tagger/{version.version}", tracking_uri=uri)(text) == expected
+    with pytest.raises(TransformerLabError, match="model=models:/atis_tagger@nobody: "):
+        pipeline(model="models:/atis_tagger@nobody", tracking_uri=uri)
+
+
+def test_predict_files_of_inputs_to_jsonl_and_refuses_a_bad_line(smoke_run, tmp_path):
+    from transformer_lab import pipeline
+
+    texts = ["flights from boston to denver", "what is the cheapest fare", "show me ground transportation"]
+    (tmp_path / "inputs.txt").write_text("\n".join(texts) + "\n")
+    out = tmp_path / "predictions.jsonl"
+    result = run([PYTHON, ROOT / "pipelines" / "predict.py", f"model={smoke_run['dir']}",
+                  f"input={tmp_path / 'inputs.txt'}", f"output={out}", f"hydra.run.dir={tmp_path}/predict"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected = pipeline(model=str(smoke_run["dir"]))(texts)
+    assert [json.loads(line) for line in out.read_text().splitlines()] == json.loads(json.dumps(expected))
+
+    (tmp_path / "bad.jsonl").write_text('{"text": "flights to boston"}\n{"txt": "typo"}\n')
+    result = run([PYTHON, ROOT / "pipelines" / "predict.py", f"model={smoke_run['dir']}",
+                  f"input={tmp_path / 'bad.jsonl'}", f"output={tmp_path / 'bad_out.jsonl'}",
+                  f"hydra.run.dir={tmp_path}/predict"])
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {tmp_path / 'bad.jsonl'}:2: field 'text' is missing or empty"
+    assert not (tmp_path / "bad_out.jsonl").exists()  # nothing half-written
 
 
 def test_logged_mlflow_model_reproduces_the_best_checkpoint(smoke_run, prepared_atis):

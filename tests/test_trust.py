@@ -38,7 +38,7 @@ def assert_one_line_error(result, *fragments: str) -> str:
 def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path):
     marker, checkpoint = tmp_path / "pwned", tmp_path / "crafted.ckpt"
     torch.save({"state_dict": {}, "hyper_parameters": RunsShellCommand(marker)}, checkpoint)
-    result = run([PYTHON, ROOT / "pipelines" / "predict.py", f"checkpoint={checkpoint}", "text=flights to boston"])
+    result = run([PYTHON, ROOT / "pipelines" / "predict.py", f"model={checkpoint}", "text=flights to boston"])
     assert_one_line_error(result, str(checkpoint), "refused to load")
     assert not marker.exists()
 
@@ -194,7 +194,7 @@ def test_bad_settings_are_one_line_naming_the_key(tmp_path, prepared_atis):
                                            override], tmp_path / "run"))
 
     result = run([PYTHON, ROOT / "pipelines" / "predict.py"])
-    assert_one_line_error(result, "text is required")
+    assert_one_line_error(result, "give one input: text=")
 
 
 def test_bad_files_are_one_line_naming_the_file(tmp_path):

@@ -19,6 +19,20 @@ import torch
 from transformer_lab.errors import TransformerLabError
 
 
+FAMILY_KEY = "family"
+
+
+class NamesItsFamily:
+    """A task mixin: every checkpoint it writes names its family (families.py), so that a pipeline
+    handed a checkpoint, a stage's folder or an MLflow run knows the task class that reads it. A
+    LightningModule hook, not a callback: Lightning leaves callbacks out of weights-only checkpoints."""
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        from transformer_lab.families import family_of_task
+
+        checkpoint[FAMILY_KEY] = family_of_task(f"{type(self).__module__}.{type(self).__name__}").name
+
+
 def _first_line(err: BaseException) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 

@@ -1,23 +1,111 @@
-"""Prediction on free text from a trained checkpoint."""
+"""`pipelines/predict.py`: any trained model on one input given on the command line, or on a file
+of inputs (txt, jsonl or csv) written to a jsonl file, the pipeline's output fields per line.
+
+Each input file line (jsonl: an object or a string; csv: a row; txt: a line) becomes the
+pipeline's input by the task's fields: text (and text_pair); question and context; image (a
+path, relative to the input file); for tables the row itself. A line that lacks its field is one
+error naming the file and line, and nothing is written.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.utils.io import atomic_write_text, decode_utf8
+
+SINGLE = ("text", "question", "image", "row")  # the command-line inputs, one of them per call
 
 
-def predict_text(task, text: str) -> dict:
-    words = text.split()
-    if not words:
-        raise TransformerLabError("text is empty: pass text=\"show me flights from boston to denver\"")
-    max_words = task.model.config.max_len - 1
-    if len(words) > max_words:
-        raise TransformerLabError(f"text has {len(words)} words; this model reads at most {max_words}")
-    result = task.predict([words])[0]
-    return {"intent": result["intent"], "words": words, "slots": result["slots"]}
+def record_input(task: str, record, where: str, folder: Path):
+    """The pipeline input of one input-file record (a string or a dict of fields)."""
+    if task == "tabular-classification":
+        row = record.get("row", record) if isinstance(record, dict) else None
+        if not isinstance(row, dict):
+            raise TransformerLabError(f"{where}: a table row is an object of its columns")
+        return row
+    if isinstance(record, str):
+        record = {"image" if task == "image-classification" else "text": record}
+    if not isinstance(record, dict):
+        raise TransformerLabError(f"{where}: expected a string or an object, got {type(record).__name__}")
+    fields = {"question-answering": ("question", "context"), "image-classification": ("image",)}.get(task, ("text",))
+    missing = [f for f in fields if not isinstance(record.get(f), str) or not record[f].strip()]
+    if missing:
+        raise TransformerLabError(f"{where}: field {missing[0]!r} is missing or empty")
+    if task == "question-answering":
+        return {"question": record["question"], "context": record["context"]}
+    if task == "image-classification":
+        return str(folder / record["image"])
+    if task == "text-classification" and record.get("text_pair"):
+        return {"text": record["text"], "text_pair": record["text_pair"]}
+    return record["text"]
 
 
-def format_prediction(prediction: dict) -> str:
-    width = max(len(w) for w in prediction["words"])
-    lines = [f"intent: {prediction['intent']}"]
-    lines += [f"  {w:<{width}}  {t}" for w, t in zip(prediction["words"], prediction["slots"])]
-    return "\n".join(lines)
+def read_inputs(path: str | Path, task: str) -> list:
+    """Every input of an input file, by its suffix: .jsonl, .csv (a header row), else one text per line."""
+    path = Path(path)
+    if not path.is_file():
+        raise TransformerLabError(f"input={path}: file not found")
+    text = decode_utf8(path, path.read_bytes())
+    if path.suffix == ".jsonl":
+        records = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append((number, json.loads(line)))
+                except json.JSONDecodeError as err:
+                    raise TransformerLabError(f"{path}:{number}: not JSON ({err.msg})") from None
+    elif path.suffix == ".csv":
+        records = [(number, row) for number, row in enumerate(csv.DictReader(io.StringIO(text)), 2)]
+    else:
+        records = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not records:
+        raise TransformerLabError(f"{path}: no inputs")
+    return [record_input(task, record, f"{path}:{number}", path.parent) for number, record in records]
+
+
+def check_command_line(cfg: DictConfig) -> None:
+    """One input on the command line, or an input file with an output file: before any model loads."""
+    given = [name for name in SINGLE if cfg.get(name) is not None]
+    if cfg.get("input") is not None:
+        if not cfg.get("output"):
+            raise TransformerLabError("input= needs output=FILE.jsonl")
+    elif len(given) != 1:
+        raise TransformerLabError("give one input: text=..., question=... context=..., image=PATH or row={...}, "
+                                  "or a file of them: input=FILE output=FILE.jsonl"
+                                  + (f" (got {', '.join(given)})" if given else ""))
+
+
+def command_line_input(cfg: DictConfig, task: str):
+    if cfg.get("row") is not None:
+        row = cfg.row
+        row = json.loads(row) if isinstance(row, str) else OmegaConf.to_container(row)
+        return record_input(task, row, "row=", Path.cwd())
+    record = {name: cfg.get(name) for name in ("text", "text_pair", "question", "context", "image")
+              if cfg.get(name) is not None}
+    return record_input(task, {k: str(v) for k, v in record.items()}, "the command line", Path.cwd())
+
+
+def predict(cfg: DictConfig) -> list | dict:
+    """What `pipelines/predict.py` prints (one input) or writes to cfg.output (an input file)."""
+    from tqdm.auto import tqdm
+
+    from transformer_lab.pipelines import pipeline
+
+    check_command_line(cfg)
+    options = OmegaConf.to_container(cfg.options) if cfg.get("options") else {}
+    run = pipeline(cfg.pipeline_task, model=str(cfg.model_source), tracking_uri=cfg.get("tracking_uri"))
+    if cfg.get("input") is None:
+        return run(command_line_input(cfg, run.task_name), **options)
+    inputs = read_inputs(cfg.input, run.task_name)  # every line checked before the model runs
+    results = []
+    chunk = int(cfg.get("batch_size") or 64)
+    for start in tqdm(range(0, len(inputs), chunk), desc=f"{run.task_name} ({len(inputs)} inputs)", unit="batch"):
+        results += run(inputs[start:start + chunk], **options)
+    atomic_write_text(cfg.output, "".join(json.dumps(result) + "\n" for result in results))
+    return results

@@ -25,7 +25,7 @@ def evaluate(cfg: DictConfig) -> dict:
     output_dir = Path(cfg.paths.output_dir)
     task = load_task(cfg.checkpoint, ImageClassificationTask, "train_vit")
     raw_images, labels = read_split(cfg.data.prepared_dir, cfg.split)
-    predictions, _ = task.predict(raw_images)  # uint8, normalised by the checkpoint's own statistics
+    predictions = task.predict(raw_images)[0].argmax(-1)  # uint8, normalised by the checkpoint's own statistics
     targets = torch.from_numpy(labels)
     classes = task.preprocessor.classes
     n = len(classes)

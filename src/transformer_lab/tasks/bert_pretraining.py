@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
+from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.bert import BertPreprocessor
 from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
 from transformer_lab.tasks.embeddings import TokenEmbeddings
@@ -29,7 +30,7 @@ def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
                     from_published=lambda name: published.resolve(name).body_state_dict())
 
 
-class BertPretrainingTask(TokenEmbeddings, TokenThroughput, L.LightningModule):
+class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.LightningModule):
     def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 0.01,
                  betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1, embeddings: dict | None = None):
         """preprocessor: the datamodule's BertPreprocessor state (the tokenizer, max_len), so that
@@ -78,15 +79,23 @@ class BertPretrainingTask(TokenEmbeddings, TokenThroughput, L.LightningModule):
         return adamw_warmup_linear(self.model, h.lr, h.weight_decay, h.warmup_ratio,
                                    self.trainer.estimated_stepping_batches, h.betas)
 
-    @inference
     def predict(self, texts: list[str], batch_size: int = 256) -> list[list[str]]:
         """The masked LM's fill-in for every `[MASK]` of each raw text, in order: one list of token
         strings per text."""
+        return [[candidates[0]["token"] for candidates in masks] for masks in self.fill_mask(texts, 1, batch_size)]
+
+    @inference
+    def fill_mask(self, texts: list[str], top_k: int = 5, batch_size: int = 256) -> list[list[list[dict]]]:
+        """For each raw text, for each of its `[MASK]`s in order, the masked LM's top_k tokens:
+        {"token", "token_id", "score"} (the probability over the vocabulary), best first."""
         batch = self.preprocessor.batch(texts)
-        mask_id, tokens = self.preprocessor.specials["mask"], self.preprocessor.tokenizer.id_to_token
-        fills = []
+        mask_id, token = self.preprocessor.specials["mask"], self.preprocessor.tokenizer.id_to_token
+        filled = []
         for chunk in batches(batch, batch_size, self.device):
-            predicted = self.model(chunk["input_ids"], chunk["segment_ids"], chunk["attention_mask"]).logits.argmax(-1)
-            for ids, row in zip(chunk["input_ids"].tolist(), predicted.tolist()):
-                fills.append([tokens(p) for i, p in zip(ids, row) if i == mask_id])
-        return fills
+            logits = self.model(chunk["input_ids"], chunk["segment_ids"], chunk["attention_mask"]).logits
+            for ids, row in zip(chunk["input_ids"], logits):
+                best = row[ids == mask_id].softmax(-1).topk(min(top_k, row.shape[-1]))
+                filled.append([[{"token": token(i), "token_id": i, "score": p}
+                                for p, i in zip(scores.tolist(), indices.tolist())]
+                               for scores, indices in zip(best.values, best.indices)])
+        return filled

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.bert import IGNORE_INDEX
 from transformer_lab.data.gpt import GPTClassificationPreprocessor, GPTPreprocessor
 from transformer_lab.errors import TransformerLabError
@@ -28,7 +29,7 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-class GPTPretrainingTask(TokenEmbeddings, TokenThroughput, L.LightningModule):
+class GPTPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.LightningModule):
     """Next-token prediction. AdamW (decay on matrices), linear warm-up then cosine decay to
     min_lr_ratio × lr (GPT-1's schedule); gradient clipping is the trainer's gradient_clip_val.
     Logs loss, validation perplexity, tokens/second, the learning rate and, with model.ffn=moe,

@@ -34,16 +34,16 @@ class ImageClassificationTask(SequenceClassificationTask):
     @inference
     def predict(self, images: np.ndarray | torch.Tensor, batch_size: int = 256, return_weights: bool = False
                 ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
-        """Predicted classes (images,) of raw uint8 images (images, C, H, W), normalised by the
-        preprocessor's statistics, batch_size images at a time, and with
+        """Class probabilities (images, n_classes) of raw uint8 images (images, C, H, W), normalised by
+        the preprocessor's statistics, batch_size images at a time, and with
         return_weights every block's attention weights over all the images (computed explicitly,
         outside the fused kernel: ask only for the images you will plot); else None."""
         images = self.preprocessor.encode(images)
-        classes, attentions = [], []
+        probabilities, attentions = [], []
         for start in range(0, len(images), batch_size):
             out = self.model(images[start:start + batch_size].to(self.device), return_weights=return_weights)
-            classes.append(out.logits.argmax(-1).cpu())
+            probabilities.append(out.logits.softmax(-1).cpu())
             if return_weights:
                 attentions.append([weights.cpu() for weights in out.attentions])
         per_layer = [torch.cat(layer) for layer in zip(*attentions)] if return_weights else None
-        return torch.cat(classes), per_layer
+        return torch.cat(probabilities), per_layer

@@ -9,6 +9,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.atis import IGNORE_INDEX, AtisPreprocessor
 from transformer_lab.metrics import SlotF1
 from transformer_lab.models.encoder import JointIntentSlotConfig, JointIntentSlotModel
@@ -18,7 +19,7 @@ from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
 
 
-class JointIntentSlotTask(TokenEmbeddings, L.LightningModule):
+class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
     preprocessor_class = AtisPreprocessor
 
     def __init__(

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
+from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.qa import QAPreprocessor
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForQuestionAnswering
@@ -89,7 +90,7 @@ def spans_to_answers(starts: torch.Tensor, ends: torch.Tensor, offsets: torch.Te
     return answers
 
 
-class QuestionAnsweringTask(FrozenBody, TokenEmbeddings, L.LightningModule):
+class QuestionAnsweringTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.LightningModule):
     """`pretrained`: a `pretrain_bert` checkpoint, published weights (minilm, a Hugging Face folder,
     hf:NAME), or None (random start); `freeze`: none | embeddings | encoder (tasks/pretrained.py). Loading a
     trained checkpoint with `load_from_checkpoint(path, pretrained=None)` skips that step."""

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.text_classification import TextClassificationPreprocessor
 from transformer_lab.models.bert import BertClassifierConfig, BertForSequenceClassification
 from transformer_lab.models.outputs import ModelOutput
@@ -21,7 +22,7 @@ from transformer_lab.tasks.pretrained import FrozenBody
 from transformer_lab.tasks.schedules import adamw_with_warmup
 
 
-class SequenceClassificationTask(FrozenBody, TokenEmbeddings, L.LightningModule):
+class SequenceClassificationTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.LightningModule):
     lr_decay = "linear"  # after warm-up: BERT's linear decay to 0; the ViT and table tasks decay along a cosine
     preprocessor_class = TextClassificationPreprocessor
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.atis import IGNORE_INDEX
 from transformer_lab.data.conll import TaggingPreprocessor
 from transformer_lab.metrics import SlotF1
@@ -22,7 +23,7 @@ from transformer_lab.tasks.pretrained import FrozenBody
 from transformer_lab.tasks.schedules import adamw_with_warmup
 
 
-class TokenClassificationTask(FrozenBody, TokenEmbeddings, L.LightningModule):
+class TokenClassificationTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.LightningModule):
     def __init__(self, model_config: dict, preprocessor: dict, pretrained: str | None = None, lr: float = 1e-4,
                  weight_decay: float = 0.01, warmup_ratio: float = 0.1, embeddings: dict | None = None,
                  freeze: str = "none"):
@@ -78,16 +79,23 @@ class TokenClassificationTask(FrozenBody, TokenEmbeddings, L.LightningModule):
         total = self.trainer.estimated_stepping_batches
         return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, int(h.warmup_ratio * total))
 
-    @inference
     def predict(self, sentences: list[list[str]], batch_size: int = 128) -> list[list[str]]:
         """One BIO tag per word of each raw sentence (a list of words), read at the word's first piece;
         words past max_len pieces are O."""
+        return [tags for tags, _ in self.predict_scored(sentences, batch_size)]
+
+    @inference
+    def predict_scored(self, sentences: list[list[str]], batch_size: int = 128
+                       ) -> list[tuple[list[str], list[float | None]]]:
+        """predict's tags and each tag's probability at the word's first piece (None for a word past
+        max_len pieces, whose O was not predicted)."""
         tagged = []
         for start in range(0, len(sentences), batch_size):
             chunk = sentences[start : start + batch_size]
             batch, firsts = self.preprocessor.batch(chunk)
-            predicted = self({k: v.to(self.device) for k, v in batch.items()}).logits.argmax(-1).tolist()
-            for words, first, row in zip(chunk, firsts, predicted):
+            best, predicted = self({k: v.to(self.device) for k, v in batch.items()}).logits.softmax(-1).max(-1)
+            for words, first, row, scores in zip(chunk, firsts, predicted.tolist(), best.tolist()):
                 tags = [self.preprocessor.labels[row[position]] for position in first]
-                tagged.append(tags + ["O"] * (len(words) - len(tags)))
+                missing = len(words) - len(tags)
+                tagged.append((tags + ["O"] * missing, [scores[position] for position in first] + [None] * missing))
         return tagged

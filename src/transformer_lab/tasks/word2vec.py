@@ -13,13 +13,14 @@ import lightning as L
 import numpy as np
 import torch
 
+from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.word2vec import Word2VecPreprocessor
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig
 from transformer_lab.tasks.inference import inference
 
 
-class Word2VecTask(L.LightningModule):
+class Word2VecTask(NamesItsFamily, L.LightningModule):
     def __init__(self, model_config: dict, preprocessor: dict, lr: float = 0.025, min_lr: float = 1e-4,
                  update_size: int = 512):
         """preprocessor: the datamodule's Word2VecPreprocessor state (words and their counts)."""

@@ -82,6 +82,18 @@ def pipeline(fn):
     return wrapper
 
 
+def rename_overrides(argv: list[str], names: dict[str, str]) -> list[str]:
+    """argv with `name=value` overrides renamed to `names[name]=value`.
+
+    For keys that share a name with a config group of conf/ (model/, task/): Hydra reads `model=X`
+    as the choice of conf/model/X.yaml and refuses a plain key of that name."""
+    renamed = []
+    for arg in argv:
+        key, equals, value = arg.partition("=")
+        renamed.append(f"{names[key]}={value}" if equals and key in names else arg)
+    return renamed
+
+
 def run(main) -> None:
     """Run an entry point's `main`. Under `dvc repro` (which deletes a stage's outputs before its
     command runs), a stage that fails for any reason, a config Hydra rejects included, gets the

@@ -1,0 +1,441 @@
+"""Trained models as pipelines: raw inputs in, readable predictions out, one call per task.
+
+    from transformer_lab import pipeline
+    classify = pipeline("text-classification", model="artifacts/bert/sentiment")
+    classify("a gripping, funny film")         # {"label": "1", "score": 0.93}
+    classify(["dull", "moving"], top_k=None)   # every label of each text, best first
+
+`model=` takes a checkpoint file, a stage's output folder (its checkpoints/best.ckpt, else
+last.ckpt), an MLflow run (a run id, `runs:/RUN_ID`) or registered model (`models:/NAME@ALIAS`,
+`models:/NAME/VERSION`), or a published encoder (`minilm`, a Hugging Face BERT folder, hf:NAME:
+feature-extraction only). The checkpoint names the family that wrote it, so `task` may be left
+out; a task the model cannot do is one error naming the tasks it can.
+
+A single input gives one result, a list gives a list. Text longer than the model's position
+limit is cut to it with a warning (what the model reads is what BERT reads in training too).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from importlib import import_module
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from transformer_lab.checkpoints import FAMILY_KEY, load_task, read_checkpoint
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.families import FAMILIES
+
+BERT_BODIES = ("bert_pretraining", "sequence_classification", "bert_joint_intent_slot", "token_classification",
+               "question_answering")
+# The pipeline tasks and the families (families.py) whose trained models do them; the first task
+# of a family is the one it does when `task` is left out.
+TASKS: dict[str, tuple[str, ...]] = {
+    "text-classification": ("sequence_classification", "gpt_classification"),
+    "token-classification": ("token_classification", "bert_joint_intent_slot", "joint_intent_slot"),
+    "question-answering": ("question_answering",),
+    "fill-mask": ("bert_pretraining",),
+    "feature-extraction": (*BERT_BODIES, "published"),
+    "text-generation": ("gpt_pretraining",),
+    "image-classification": ("image_classification",),
+    "tabular-classification": ("tabular_classification",),
+}
+RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass
+class LoadedModel:
+    family: str   # a families.py name, or "published" for an encoder from published.py
+    task: object  # the trained LightningModule (eval mode, CPU), or a PublishedEncoder
+    source: str   # what `model=` said
+
+
+def tasks_of(family: str) -> list[str]:
+    return [name for name, families in TASKS.items() if family in families]
+
+
+# ------------------------------------------------------------------------------------------------
+# Finding the model
+
+
+def mlflow_checkpoint(model: str, tracking_uri: str | None) -> Path:
+    """The best checkpoint logged by the MLflow run `model` names (run id, runs:/ or models:/ URI),
+    downloaded into MLflow's local cache."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient(tracking_uri)
+    try:
+        if model.startswith("models:/"):
+            name, _, which = model.removeprefix("models:/").partition("@")
+            if which:
+                version = client.get_model_version_by_alias(name, which)
+            else:
+                name, _, number = name.partition("/")
+                version = client.get_model_version(name, number)
+            run_id = version.run_id
+        else:
+            run_id = model.removeprefix("runs:/").strip("/").split("/")[0]
+        checkpoints = [a.path for a in client.list_artifacts(run_id, "checkpoints") if a.path.endswith(".ckpt")]
+    except MlflowException as err:
+        raise TransformerLabError(f"model={model}: {str(err).splitlines()[0][:200]} "
+                                  f"(tracking store {client.tracking_uri})") from None
+    if not checkpoints:
+        raise TransformerLabError(f"model={model}: run {run_id} logged no checkpoint (checkpoints/*.ckpt)")
+    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=sorted(checkpoints)[0],
+                                                    tracking_uri=client.tracking_uri))
+
+
+def checkpoint_path(model: str, tracking_uri: str | None = None) -> Path:
+    """The checkpoint file `model` (a file, a stage's folder or an MLflow reference) stands for."""
+    if model.startswith(("runs:/", "models:/")) or RUN_ID.fullmatch(model):
+        return mlflow_checkpoint(model, tracking_uri)
+    path = Path(model)
+    if path.is_dir():
+        for candidate in (path / "checkpoints" / "best.ckpt", path / "checkpoints" / "last.ckpt",
+                          path / "best.ckpt", path / "last.ckpt"):
+            if candidate.is_file():
+                return candidate
+        raise TransformerLabError(f"model={model}: a folder without checkpoints/best.ckpt or last.ckpt "
+                                  "(pass a training stage's output folder or a .ckpt file)")
+    if not path.is_file():
+        raise TransformerLabError(f"model={model}: no such file or folder, MLflow run or published model")
+    return path
+
+
+def load_model(model: str | LoadedModel, tracking_uri: str | None = None) -> LoadedModel:
+    """The trained model `model` names (see the module docstring), on the CPU in eval mode."""
+    from transformer_lab import published
+
+    if isinstance(model, LoadedModel):
+        return model
+    model = str(model)
+    # A Hugging Face folder has a config.json; a stage's folder (also a folder) has checkpoints
+    if model in published.PACKAGES or model.startswith(published.HUB_PREFIX) or (Path(model) / "config.json").is_file():
+        return LoadedModel("published", PublishedEncoder(published.resolve(model)), model)
+    path = checkpoint_path(model, tracking_uri)
+    family = read_checkpoint(path).get(FAMILY_KEY)
+    if family not in FAMILIES:
+        raise TransformerLabError(f"{path}: the checkpoint does not name its family (written before "
+                                  f"checkpoints did); retrain it, e.g. `dvc repro`")
+    module, _, name = FAMILIES[family].task.rpartition(".")
+    task_class = getattr(import_module(module), name)
+    stage = (FAMILIES[family].stages or (f"task={family}",))[-1]
+    return LoadedModel(family, load_task(path, task_class, stage), model)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading inputs
+
+
+def one_or_many(inputs) -> tuple[list, bool]:
+    """(inputs as a list, whether one input was given)."""
+    if isinstance(inputs, (list, np.ndarray)) and not (isinstance(inputs, np.ndarray) and inputs.ndim == 3):
+        return list(inputs), False
+    return [inputs], True
+
+
+def check_text(text, what: str = "text") -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise TransformerLabError(f"{what} is empty" if isinstance(text, str) else
+                                  f"{what} is a {type(text).__name__}, not a string")
+    return text
+
+
+def warn_if_cut(tokenizer, texts: list[str], max_tokens: int) -> None:
+    """The warning for inputs longer than the model reads (they are cut to max_tokens)."""
+    lengths = [len(encoding.ids) for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)]
+    long = [(i, n) for i, n in enumerate(lengths) if n > max_tokens]
+    if long:
+        i, n = long[0]
+        warnings.warn(f"{len(long)} input(s) longer than the model reads (input {i}: {n} tokens): "
+                      f"cut to the first {max_tokens}", stacklevel=3)
+
+
+WORD = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")  # CoNLL-style words: punctuation apart
+SPACED = re.compile(r"\S+")                     # ATIS's words: as typed, split at spaces
+
+
+def entities(words: list[tuple[str, int, int]], tags: list[str], scores: list[float | None], text: str
+             ) -> list[dict]:
+    """BIO tags over words (word, start, end) as entities: {"entity_group", "word", "start", "end"}
+    (character offsets into text) and, when the tags were scored, "score", the mean of the words'."""
+    found, current = [], None
+    for (word, start, end), tag, score in zip(words, tags, scores):
+        kind = tag[2:] if tag[:2] in ("B-", "I-") else None
+        if current and (kind != current["entity_group"] or tag.startswith("B-")):
+            found.append(current)
+            current = None
+        if kind and current is None:
+            current = {"entity_group": kind, "start": start, "end": end, "scores": []}
+        if current:
+            current["end"] = end
+            current["scores"].append(score)
+    found += [current] if current else []
+    for entity in found:
+        scores = entity.pop("scores")
+        entity["word"] = text[entity["start"]:entity["end"]]
+        if None not in scores:
+            entity["score"] = sum(scores) / len(scores)
+    return [{k: e[k] for k in ("entity_group", "score", "word", "start", "end") if k in e} for e in found]
+
+
+def read_image(image, channels: int, size: int) -> np.ndarray:
+    """A uint8 (C, H, W) array of an image file (any format Pillow reads), resized to the model's
+    size, in its channels (1: grey, 3: RGB); arrays are taken as they are."""
+    if isinstance(image, (np.ndarray, torch.Tensor)):
+        return np.asarray(image)
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(image) as opened:
+            picture = opened.convert("L" if channels == 1 else "RGB").resize((size, size), Image.BILINEAR)
+    except (OSError, UnidentifiedImageError) as err:
+        raise TransformerLabError(f"{image}: not a readable image ({str(err).splitlines()[0][:120]})") from None
+    array = np.array(picture, dtype=np.uint8)  # a copy: torch refuses read-only arrays
+    return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# The pipelines
+
+
+class Pipeline:
+    """A task on a loaded model: `pipeline(inputs, **options)`; options given to `pipeline()` are
+    the defaults of every call."""
+
+    task_name: str
+
+    def __init__(self, loaded: LoadedModel, **defaults):
+        self.loaded, self.model, self.defaults = loaded, loaded.task, defaults
+
+    def __call__(self, inputs, **options):
+        many, single = one_or_many(inputs)
+        if not many:
+            return []
+        results = self.run(many, **{**self.defaults, **options})
+        return results[0] if single else results
+
+    def run(self, inputs: list, **options) -> list:
+        raise NotImplementedError
+
+
+class TextClassificationPipeline(Pipeline):
+    """texts or (text, text_pair) pairs -> {"label", "score"}; top_k=None (or a number) -> a list of
+    them, best first."""
+
+    task_name = "text-classification"
+
+    def run(self, inputs, top_k: int | None = 1, batch_size: int = 64):
+        texts = []
+        for item in inputs:
+            if isinstance(item, dict):  # transformers' {"text", "text_pair"}
+                item = (item.get("text"), item["text_pair"]) if item.get("text_pair") else item.get("text")
+            texts.append(tuple(check_text(t) for t in item) if isinstance(item, (tuple, list)) else check_text(item))
+        preprocessor = self.model.preprocessor
+        if hasattr(preprocessor, "tokenizer"):
+            warn_if_cut(preprocessor.tokenizer, [t if isinstance(t, str) else " ".join(t) for t in texts],
+                        preprocessor.max_len - 2)
+        probabilities = self.model.predict(texts, batch_size=batch_size)
+        return [ranked(row, preprocessor.labels, top_k) for row in probabilities]
+
+
+def ranked(probabilities: torch.Tensor, labels: list[str], top_k: int | None) -> dict | list[dict]:
+    order = probabilities.argsort(descending=True).tolist()[:top_k]
+    best = [{"label": labels[i], "score": probabilities[i].item()} for i in order]
+    return best[0] if top_k == 1 else best
+
+
+class TokenClassificationPipeline(Pipeline):
+    """text -> {"entities": [{"entity_group", "score", "word", "start", "end"}], "words", "tags"}, and
+    "intent" for the ATIS taggers (intent + slots)."""
+
+    task_name = "token-classification"
+
+    def run(self, inputs, batch_size: int = 64):
+        texts = [check_text(text) for text in inputs]
+        words = [[(m.group(), m.start(), m.end()) for m in (SPACED if self.loaded.family != "token_classification"
+                                                             else WORD).finditer(text)] for text in texts]
+        plain = [[w for w, _, _ in row] for row in words]
+        results = []
+        if self.loaded.family == "token_classification":
+            for text, row, (tags, scores) in zip(texts, words, self.model.predict_scored(plain, batch_size)):
+                results.append({"entities": entities(row, tags, scores, text), "words": [w for w, _, _ in row],
+                                "tags": tags})
+            return results
+        max_words = getattr(self.model.model.config, "max_len", None)
+        for text, row, prediction in zip(texts, words, self.model.predict(plain, batch_size=batch_size)):
+            if max_words and len(row) > max_words - 1:
+                warnings.warn(f"{len(row)} words; the model tags the first {max_words - 1}", stacklevel=3)
+            results.append({"intent": prediction["intent"],
+                            "entities": entities(row, prediction["slots"], [None] * len(row), text),
+                            "words": [w for w, _, _ in row], "tags": prediction["slots"]})
+        return results
+
+
+class QuestionAnsweringPipeline(Pipeline):
+    """{"question", "context"} (or question=, context=) -> {"answer", "score", "start", "end"},
+    context[start:end] == answer."""
+
+    task_name = "question-answering"
+
+    def __call__(self, inputs=None, question=None, context=None, **options):
+        if inputs is None:
+            if isinstance(question, list):
+                inputs = [{"question": q, "context": c} for q, c in zip(question, context)]
+            else:
+                inputs = {"question": question, "context": context}
+        return super().__call__(inputs, **options)
+
+    def run(self, inputs, batch_size: int = 16):
+        for item in inputs:
+            if not isinstance(item, dict):
+                raise TransformerLabError("question-answering takes {'question': ..., 'context': ...}")
+        questions = [check_text(item.get("question"), "question") for item in inputs]
+        contexts = [check_text(item.get("context"), "context") for item in inputs]
+        return self.model.predict(questions, contexts, batch_size=batch_size)
+
+
+class FillMaskPipeline(Pipeline):
+    """text with `[MASK]` -> its top_k fills [{"token", "token_id", "score"}], a list of them per
+    mask when the text has several."""
+
+    task_name = "fill-mask"
+
+    def run(self, inputs, top_k: int = 5, batch_size: int = 64):
+        texts = [check_text(text) for text in inputs]
+        for i, text in enumerate(texts):
+            if "[MASK]" not in text:
+                raise TransformerLabError(f"input {i} has no [MASK] to fill: {text[:60]!r}")
+        preprocessor = self.model.preprocessor
+        warn_if_cut(preprocessor.tokenizer, texts, preprocessor.max_len - 2)
+        filled = self.model.fill_mask(texts, top_k, batch_size)
+        return [masks[0] if len(masks) == 1 else masks for masks in filled]
+
+
+class PublishedEncoder(torch.nn.Module):
+    """A published BERT (published.py) with its tokenizer: the encoder feature extraction reads."""
+
+    def __init__(self, start):
+        super().__init__()
+        from transformer_lab.data.bert import BertPreprocessor
+        from transformer_lab.models.bert import BertConfig, BertModel
+
+        fields = start.config_fields()
+        self.bert = BertModel(BertConfig(**fields))
+        self.bert.load_state_dict(start.body_state_dict())
+        self.preprocessor = BertPreprocessor(start.tokenizer(), max_len=fields["max_len"])
+        self.eval()
+
+
+class FeatureExtractionPipeline(Pipeline):
+    """text -> its embedding: the encoder's last hidden states averaged over the text's tokens
+    (sentence-transformers' mean pooling), unit length with normalize=True. `similarity(a, b)`
+    is the cosine of two texts' embeddings."""
+
+    task_name = "feature-extraction"
+
+    def __init__(self, loaded: LoadedModel, **defaults):
+        super().__init__(loaded, **defaults)
+        from transformer_lab.data.bert import BertPreprocessor
+
+        self.bert = self.model.bert if loaded.family == "published" else self.model.model.bert
+        tokenizer = self.model.preprocessor.tokenizer
+        self.preprocessor = BertPreprocessor(tokenizer, max_len=self.bert.embeddings.position.num_embeddings)
+
+    def run(self, inputs, normalize: bool = False, batch_size: int = 64) -> list[list[float]]:
+        return self.embed([check_text(text) for text in inputs], normalize, batch_size).tolist()
+
+    def embed(self, texts: list[str], normalize: bool = False, batch_size: int = 64) -> torch.Tensor:
+        from transformer_lab.tasks.inference import batches
+
+        warn_if_cut(self.preprocessor.tokenizer, texts, self.preprocessor.max_len - 2)
+        pooled = []
+        with torch.no_grad():
+            for chunk in batches(self.preprocessor.batch(texts), batch_size, torch.device("cpu")):
+                hidden = self.bert.eval()(chunk["input_ids"], chunk["segment_ids"], chunk["attention_mask"])[0]
+                mask = chunk["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                pooled.append((hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9))
+        embeddings = torch.cat(pooled)
+        return F.normalize(embeddings, dim=-1) if normalize else embeddings
+
+    def similarity(self, a: str, b: str) -> float:
+        first, second = self.embed([check_text(a), check_text(b)])
+        return F.cosine_similarity(first, second, dim=0).item()
+
+
+class TextGenerationPipeline(Pipeline):
+    """prompt -> {"generated_text"} (prompt and continuation), with generate's options:
+    max_new_tokens, strategy (greedy | sample), temperature, top_k, top_p, seed."""
+
+    task_name = "text-generation"
+
+    def run(self, inputs, max_new_tokens: int = 50, seed: int | None = None, return_full_text: bool = True,
+            **sampling):
+        if not all(isinstance(prompt, str) for prompt in inputs):
+            raise TransformerLabError("text-generation takes prompts (strings)")
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        results = []
+        for prompt in inputs:  # one call each: prompts of different lengths cannot share a batch
+            new = self.model.predict([prompt], max_new_tokens, generator=generator, **sampling)[0]["text"]
+            results.append({"generated_text": prompt + new if return_full_text else new})
+        return results
+
+
+class ImageClassificationPipeline(Pipeline):
+    """image file (or a uint8 (C, H, W) array) -> {"label", "score"}; top_k as text-classification."""
+
+    task_name = "image-classification"
+
+    def run(self, inputs, top_k: int | None = 1, batch_size: int = 64):
+        config = self.model.model.config
+        images = np.stack([read_image(image, config.in_channels, config.image_size) for image in inputs])
+        probabilities, _ = self.model.predict(images, batch_size=batch_size)
+        return [ranked(row, self.model.preprocessor.labels, top_k) for row in probabilities]
+
+
+class TabularClassificationPipeline(Pipeline):
+    """table row (a dict of feature columns, cells as in the CSV) -> {"label", "score"}; top_k as
+    text-classification. A row without one of the model's feature columns is one error (the
+    preprocessor's, naming the row)."""
+
+    task_name = "tabular-classification"
+
+    def run(self, inputs, top_k: int | None = 1, batch_size: int = 1024):
+        for i, row in enumerate(inputs):
+            if not isinstance(row, dict):
+                raise TransformerLabError(f"row {i} is a {type(row).__name__}; tabular-classification takes "
+                                          "dicts of the feature columns")
+        probabilities = self.model.predict(inputs, batch_size=batch_size)
+        return [ranked(row, self.model.preprocessor.labels, top_k) for row in probabilities]
+
+
+PIPELINES = {p.task_name: p for p in (TextClassificationPipeline, TokenClassificationPipeline,
+                                      QuestionAnsweringPipeline, FillMaskPipeline, FeatureExtractionPipeline,
+                                      TextGenerationPipeline, ImageClassificationPipeline,
+                                      TabularClassificationPipeline)}
+
+
+def pipeline(task: str | None = None, model: str | LoadedModel | None = None, tracking_uri: str | None = None,
+             **defaults) -> Pipeline:
+    """The pipeline of `task` on `model` (see the module docstring); task=None: the model's own."""
+    if task is not None and task not in TASKS:
+        raise TransformerLabError(f"task={task}: not a pipeline task; choose one of {', '.join(TASKS)}")
+    if model is None:
+        raise TransformerLabError("model= is required: a checkpoint, a stage's folder, an MLflow run or "
+                                  "model URI, or a published encoder (minilm)")
+    loaded = load_model(model, tracking_uri)
+    possible = tasks_of(loaded.family)
+    if not possible:
+        raise TransformerLabError(f"model={loaded.source} is a {loaded.family} model: no pipeline task reads it")
+    if task is None:
+        task = possible[0]
+    elif task not in possible:
+        raise TransformerLabError(f"model={loaded.source} is a {loaded.family} model: it does "
+                                  f"{' and '.join(possible)}, not {task}")
+    return PIPELINES[task](loaded, **defaults)

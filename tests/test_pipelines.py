@@ -1,0 +1,194 @@
+"""transformer_lab.pipeline: every task on a tiny model read back from a checkpoint, the task
+inferred from the family the checkpoint names, one-line errors for bad input, and feature
+extraction from MiniLM against sentence-transformers."""
+
+import importlib.util
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from test_inference import TEXTS, _cases, tokenizer_path  # noqa: F401  (the fixture)
+from transformer_lab import pipeline
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.pipelines import entities
+
+FAMILY = {"atis": "joint_intent_slot", "bert_atis": "bert_joint_intent_slot", "bert_qa": "question_answering",
+          "bert_classifier": "sequence_classification", "bert_ner": "token_classification",
+          "bert_pretraining": "bert_pretraining", "gpt_classifier": "gpt_classification",
+          "gpt_pretraining": "gpt_pretraining", "vit": "image_classification", "tabular": "tabular_classification"}
+
+
+@pytest.fixture(scope="module")
+def models(tokenizer_path, tmp_path_factory):
+    """name -> (checkpoint path, the task it holds), written as train() writes them: weights,
+    hyper-parameters and the family."""
+    folder = tmp_path_factory.mktemp("checkpoints")
+    saved = {}
+    for name, (task, _) in _cases(tokenizer_path).items():
+        if name not in FAMILY:
+            continue
+        path = folder / f"{name}.ckpt"
+        checkpoint = {"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}
+        task.on_save_checkpoint(checkpoint)  # the hook Lightning calls, weights-only checkpoints included
+        assert checkpoint["family"] == FAMILY[name]
+        torch.save(checkpoint, path)
+        saved[name] = (path, task.eval())
+    return saved
+
+
+def test_text_classification_labels_and_scores_are_the_models(models):
+    for name in ("bert_classifier", "gpt_classifier"):
+        path, task = models[name]
+        classify = pipeline(model=str(path))  # the task comes from the checkpoint
+        assert classify.task_name == "text-classification"
+        probabilities = task.predict(TEXTS)
+        results = classify(TEXTS)
+        for row, result in zip(probabilities, results):
+            assert result == {"label": task.preprocessor.labels[int(row.argmax())], "score": pytest.approx(row.max().item())}
+        ranked = classify(TEXTS[0], top_k=None)
+        assert [r["score"] for r in ranked] == sorted((r["score"] for r in ranked), reverse=True)
+        assert sum(r["score"] for r in ranked) == pytest.approx(1.0)
+    pair = pipeline("text-classification", model=str(models["bert_classifier"][0]))
+    assert pair({"text": "show me", "text_pair": "flights"}) == pair([("show me", "flights")])[0]
+
+
+def test_token_classification_gives_entities_with_character_offsets(models):
+    path, task = models["bert_ner"]
+    text = "show me flights, from boston to denver"
+    result = pipeline("token-classification", model=str(path))(text)
+    assert result["words"] == ["show", "me", "flights", ",", "from", "boston", "to", "denver"]
+    tags, scores = task.predict_scored([result["words"]])[0]
+    assert result["tags"] == tags
+    for entity in result["entities"]:
+        assert text[entity["start"]:entity["end"]] == entity["word"] and 0 < entity["score"] <= 1
+    for name in ("atis", "bert_atis"):  # intent and slots
+        path, task = models[name]
+        result = pipeline(model=str(path))(TEXTS[0])
+        expected = task.predict([TEXTS[0].split()])[0]
+        assert result["intent"] == expected["intent"] and result["tags"] == expected["slots"]
+
+
+def test_entities_join_bio_runs():
+    text = "John Smith flew to New York ."
+    words = [("John", 0, 4), ("Smith", 5, 10), ("flew", 11, 15), ("to", 16, 18), ("New", 19, 22), ("York", 23, 27),
+             (".", 28, 29)]
+    tags = ["B-PER", "I-PER", "O", "O", "B-LOC", "B-LOC", "O"]
+    found = entities(words, tags, [0.9, 0.7, 1, 1, 0.6, 0.8, 1], text)
+    assert found == [{"entity_group": "PER", "score": pytest.approx(0.8), "word": "John Smith", "start": 0, "end": 10},
+                     {"entity_group": "LOC", "score": 0.6, "word": "New", "start": 19, "end": 22},
+                     {"entity_group": "LOC", "score": 0.8, "word": "York", "start": 23, "end": 27}]
+    assert "score" not in entities(words, tags, [None] * 7, text)[0]
+
+
+def test_question_answering_answers_from_the_context(models):
+    path, task = models["bert_qa"]
+    answer = pipeline(model=str(path))(question=TEXTS[0], context=TEXTS[2])
+    assert answer == task.predict([TEXTS[0]], [TEXTS[2]])[0]
+    assert TEXTS[2][answer["start"]:answer["end"]] == answer["answer"]
+    assert pipeline(model=str(path))({"question": TEXTS[0], "context": TEXTS[2]}) == answer
+
+
+def test_fill_mask_ranks_the_vocabulary(models):
+    path, task = models["bert_pretraining"]
+    fill = pipeline(model=str(path))
+    one = fill("show me [MASK] from boston", top_k=3)
+    assert len(one) == 3 and [c["score"] for c in one] == sorted((c["score"] for c in one), reverse=True)
+    assert one[0]["token"] == task.predict(["show me [MASK] from boston"])[0][0]
+    two = fill("the [MASK] were [MASK] by a chemist", top_k=2)
+    assert len(two) == 2 and all(len(mask) == 2 for mask in two)  # one list per mask
+    with pytest.raises(TransformerLabError, match="no \\[MASK\\] to fill"):
+        fill("no mask here")
+
+
+def test_feature_extraction_mean_pools_any_bert_body(models):
+    embed = pipeline("feature-extraction", model=str(models["bert_classifier"][0]))
+    vectors = np.array(embed(TEXTS))
+    assert vectors.shape == (4, 16)
+    unit = np.array(embed(TEXTS, normalize=True))
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-5)
+    assert embed.similarity(TEXTS[0], TEXTS[0]) == pytest.approx(1.0)
+
+
+def test_text_generation_is_the_models_own_greedy_continuation(models):
+    path, task = models["gpt_pretraining"]
+    generate = pipeline(model=str(path))
+    result = generate("show me", max_new_tokens=5, strategy="greedy")
+    expected = task.predict(["show me"], 5, strategy="greedy")[0]["text"]
+    assert result == {"generated_text": "show me" + expected}
+    sampled = [generate("show me", max_new_tokens=5, strategy="sample", seed=3) for _ in range(2)]
+    assert sampled[0] == sampled[1]  # seeded
+
+
+def test_image_classification_reads_image_files(models, tmp_path):
+    from PIL import Image
+
+    path, task = models["vit"]
+    picture = np.random.default_rng(0).integers(0, 256, (16, 16), dtype=np.uint8)
+    Image.fromarray(picture).save(tmp_path / "digit.png")  # twice the model's size: resized to 8x8
+    classify = pipeline(model=str(path))
+    result = classify(str(tmp_path / "digit.png"))
+    resized = np.array(Image.fromarray(picture).resize((8, 8), Image.BILINEAR))[None]
+    probabilities = task.predict(resized[None])[0][0]
+    assert result == {"label": task.preprocessor.labels[int(probabilities.argmax())],
+                      "score": pytest.approx(probabilities.max().item())}
+    (tmp_path / "broken.png").write_bytes(b"not an image")
+    with pytest.raises(TransformerLabError, match="broken.png: not a readable image"):
+        classify(str(tmp_path / "broken.png"))
+
+
+def test_tabular_classification_reads_rows_and_names_a_missing_column(models):
+    path, task = models["tabular"]
+    classify = pipeline(model=str(path))
+    result = classify({"colour": "red", "size": 1.5})
+    probabilities = task.predict([{"colour": "red", "size": 1.5}])[0]
+    assert result["score"] == pytest.approx(probabilities.max().item()) and result["label"] in ("no", "yes")
+    with pytest.raises(TransformerLabError, match="size"):
+        classify({"colour": "red"})
+
+
+def test_wrong_task_unknown_task_empty_text_and_untagged_checkpoints_are_one_error(models, tmp_path):
+    sentiment = str(models["bert_classifier"][0])
+    with pytest.raises(TransformerLabError, match="sequence_classification model: it does text-classification "
+                                                  "and feature-extraction, not fill-mask"):
+        pipeline("fill-mask", model=sentiment)
+    with pytest.raises(TransformerLabError, match="task=translation: not a pipeline task"):
+        pipeline("translation", model=sentiment)
+    with pytest.raises(TransformerLabError, match="text is empty"):
+        pipeline(model=sentiment)("  ")
+    with pytest.raises(TransformerLabError, match="no such file or folder"):
+        pipeline(model=str(tmp_path / "nothing"))
+    with pytest.raises(TransformerLabError, match="without checkpoints/best.ckpt"):
+        pipeline(model=str(tmp_path))
+    untagged = tmp_path / "old.ckpt"
+    checkpoint = torch.load(models["bert_classifier"][0], weights_only=True)
+    del checkpoint["family"]
+    torch.save(checkpoint, untagged)
+    with pytest.raises(TransformerLabError, match="does not name its family"):
+        pipeline(model=str(untagged))
+
+
+def test_text_longer_than_the_model_reads_is_cut_with_a_warning(models):
+    classify = pipeline(model=str(models["bert_classifier"][0]))
+    with pytest.warns(UserWarning, match="longer than the model reads .* cut to the first 30"):
+        result = classify(" ".join(["boston"] * 100))
+    assert set(result) == {"label", "score"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        classify(TEXTS[0])  # short: no warning
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None, reason="sentence-transformers absent")
+def test_minilm_sentence_embeddings_equal_sentence_transformers():
+    from sentence_transformers import SentenceTransformer
+
+    from transformer_lab import published
+
+    sentences = ["A man is playing a guitar.", "Someone plays an instrument.", "The stock market fell sharply today."]
+    embed = pipeline("feature-extraction", model="minilm")
+    ours = np.array(embed(sentences, normalize=True))
+    theirs = SentenceTransformer(str(published.resolve("minilm").folder), device="cpu").encode(
+        sentences, normalize_embeddings=True)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    assert embed.similarity(sentences[0], sentences[1]) > embed.similarity(sentences[0], sentences[2])
