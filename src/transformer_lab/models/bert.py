@@ -323,6 +323,8 @@ _HF_NAMES = [  # (ours, theirs) as prefixes; {i} is the layer
     ("mlm.norm.", "cls.predictions.transform.LayerNorm."),
     ("mlm.bias", "cls.predictions.bias"),
     ("nsp.", "cls.seq_relationship."),
+    ("classifier.", "classifier."),  # BertForSequenceClassification, BertForTokenClassification
+    ("span.", "qa_outputs."),        # BertForQuestionAnswering
 ]
 _TIED = "mlm.decoder.weight"  # = bert.embeddings.token.weight
 

@@ -77,6 +77,19 @@ def best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, allowed: to
     return flat // length, flat % length, best
 
 
+def span_probabilities(start_logits: torch.Tensor, end_logits: torch.Tensor, allowed: torch.Tensor,
+                       starts: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """P(start) x P(end) of each row's chosen span, each a softmax over the allowed positions and
+    [CLS] (position 0, SQuAD 2.0's no-answer slot): the score of transformers' question-answering
+    pipeline, so that an exported model scores answers alike."""
+    candidates = allowed.clone()
+    candidates[:, 0] = True
+    rows = torch.arange(len(starts), device=starts.device)
+    p_start = start_logits.masked_fill(~candidates, float("-inf")).softmax(-1)[rows, starts]
+    p_end = end_logits.masked_fill(~candidates, float("-inf")).softmax(-1)[rows, ends]
+    return torch.where(allowed.any(-1), p_start * p_end, 0.0)  # no passage tokens: no answer to score
+
+
 def spans_to_answers(starts: torch.Tensor, ends: torch.Tensor, offsets: torch.Tensor,
                      contexts: list[str]) -> list[dict]:
     """Token spans -> {"answer", "start", "end"} with answer == context[start:end]: the text is
@@ -163,7 +176,8 @@ class QuestionAnsweringTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.Light
     @inference
     def predict(self, questions: list[str], contexts: list[str], batch_size: int = 64) -> list[dict]:
         """The best answer span for each raw (question, context): {"answer", "start", "end", "score"}
-        with context[start:end] == answer (character offsets into the context)."""
+        with context[start:end] == answer (character offsets into the context) and score its
+        probability (span_probabilities)."""
         if len(questions) != len(contexts):
             raise TransformerLabError(f"{len(questions)} questions but {len(contexts)} contexts")
         features = self.preprocessor.encode([{"question": q, "context": c} for q, c in zip(questions, contexts)])
@@ -173,8 +187,8 @@ class QuestionAnsweringTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.Light
             batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             out = self(batch)
             in_passage = batch["offsets"][..., 0] >= 0
-            starts, ends, scores = best_spans(out.start_logits, out.end_logits, in_passage,
-                                              self.hparams.max_answer_tokens)
+            starts, ends, _ = best_spans(out.start_logits, out.end_logits, in_passage, self.hparams.max_answer_tokens)
+            scores = span_probabilities(out.start_logits, out.end_logits, in_passage, starts, ends)
             answers = spans_to_answers(starts, ends, batch["offsets"], batch["context"])
             results += [{**answer, "score": score} for answer, score in zip(answers, scores.tolist())]
         return results
