@@ -1,6 +1,7 @@
 """Training, resuming, evaluating and predicting through the real Hydra configs and Lightning Trainer."""
 
 import json
+from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
@@ -159,26 +160,82 @@ def test_predict_files_of_inputs_to_jsonl_and_refuses_a_bad_line(smoke_run, tmp_
     assert not (tmp_path / "bad_out.jsonl").exists()  # nothing half-written
 
 
-def test_logged_mlflow_model_reproduces_the_best_checkpoint(smoke_run, prepared_atis):
+def test_logged_mlflow_model_is_the_pipeline_and_the_registry_names_a_champion(smoke_run):
     import mlflow
-    import torch
+    import pandas as pd
 
-    from transformer_lab.data.atis import AtisDataModule
-    from transformer_lab.checkpoints import load_task
-    from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
+    from transformer_lab import pipeline
 
     client = MlflowClient(smoke_run["uri"])
     model_uri = client.get_run(smoke_run["run_id"]).data.tags["model_uri"]
     mlflow.set_tracking_uri(smoke_run["uri"])
-    logged = mlflow.pytorch.load_model(model_uri).eval()
-    task = load_task(smoke_run["dir"] / "checkpoints" / "best.ckpt", JointIntentSlotTask, "train_atis").eval()
-    dm = AtisDataModule(str(prepared_atis))
-    dm.setup()
-    batch = next(iter(dm.val_dataloader()))
-    with torch.no_grad():
-        ours, theirs = task(batch["input_ids"], batch["attention_mask"]), logged(batch["input_ids"], batch["attention_mask"])
-    torch.testing.assert_close(ours.logits, theirs.logits)
-    torch.testing.assert_close(ours.slot_logits, theirs.slot_logits)
+    texts = ["flights from boston to denver", "what is the cheapest fare"]
+    logged = mlflow.pyfunc.load_model(model_uri)
+    assert logged.metadata.get_input_schema().input_names() == ["text"]  # the signature, from the input example
+    expected = pipeline(model=str(smoke_run["dir"]))(texts)
+    assert logged.predict(pd.DataFrame({"text": texts})) == expected
+    champion = client.get_model_version_by_alias("atis", "champion")  # the run's task_name names the model
+    assert champion.run_id == smoke_run["run_id"]
+    assert mlflow.pyfunc.load_model("models:/atis@champion").predict(pd.DataFrame({"text": texts})) == expected
+
+
+def test_the_champion_moves_only_to_a_better_run(tmp_path, monkeypatch):
+    import mlflow
+
+    from transformer_lab.serving import register
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
+    code = tmp_path / "identity.py"  # the smallest model MLflow logs from code
+    code.write_text("import mlflow\n\nclass Identity(mlflow.pyfunc.PythonModel):\n"
+                    "    def predict(self, context, model_input, params=None):\n        return model_input\n\n"
+                    "mlflow.models.set_model(Identity())\n")
+    mlflow.set_experiment("atis")
+    runs = []
+    for score in (0.80, 0.90, 0.85):
+        with mlflow.start_run() as run:
+            mlflow.log_metric("val/slot_f1", score)
+            runs.append((run.info.run_id, mlflow.pyfunc.log_model(name="model", python_model=str(code)).model_uri))
+    results = [register(uri, "atis", run_id, "val/slot_f1", "max") for run_id, uri in runs]
+    assert results == [(1, True), (2, True), (3, False)]
+    assert int(mlflow.MlflowClient().get_model_version_by_alias("atis", "champion").version) == 2
+    assert register(runs[2][1], "loss_model", runs[2][0], "val/slot_f1", "min") == (1, True)
+
+
+def test_the_served_champion_answers_http_requests_as_the_pipeline(smoke_run, tmp_path):
+    import os
+    import subprocess
+    import time
+    import urllib.request
+
+    from conftest import free_port
+    from transformer_lab import pipeline
+
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": smoke_run["uri"],
+           "PATH": f"{Path(PYTHON).parent}{os.pathsep}{os.environ['PATH']}"}  # its uvicorn
+    server = subprocess.Popen([str(Path(PYTHON).parent / "mlflow"), "models", "serve", "-m", "models:/atis@champion",
+                               "--env-manager", "local", "--host", "127.0.0.1", "-p", str(port)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        texts = ["flights from boston to denver"]
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", method="POST",
+                                         data=json.dumps({"dataframe_records": [{"text": t} for t in texts]}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    answer = json.loads(response.read())
+                break
+            except OSError:
+                if time.time() > deadline or server.poll() is not None:
+                    raise AssertionError(server.stdout.read().decode()[-3000:] if server.poll() is not None else
+                                         "the server did not answer within 120 s")
+                time.sleep(1)
+        assert answer["predictions"] == pipeline(model=str(smoke_run["dir"]))(texts)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def _word2vec_file(path, words, dim=32):

@@ -157,8 +157,16 @@ def warn_if_cut(tokenizer, texts: list[str], max_tokens: int) -> None:
                       f"cut to the first {max_tokens}", stacklevel=3)
 
 
-WORD = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")  # CoNLL-style words: punctuation apart
-SPACED = re.compile(r"\S+")                     # ATIS's words: as typed, split at spaces
+SPACED = re.compile(r"\S+")  # ATIS's words: as typed, split at spaces
+
+
+def split_words(text: str, tokenizer=None) -> list[tuple[str, int, int]]:
+    """(word, start, end) of each word of text: the words the tokenizer's own pre-tokenizer sees
+    (BERT's: punctuation apart, as transformers' token-classification pipeline groups pieces),
+    or the space-separated ones."""
+    if tokenizer is not None and tokenizer.pre_tokenizer is not None:
+        return [(word, start, end) for word, (start, end) in tokenizer.pre_tokenizer.pre_tokenize_str(text)]
+    return [(m.group(), m.start(), m.end()) for m in SPACED.finditer(text)]
 
 
 def entities(words: list[tuple[str, int, int]], tags: list[str], scores: list[float | None], text: str
@@ -186,17 +194,20 @@ def entities(words: list[tuple[str, int, int]], tags: list[str], scores: list[fl
 
 
 def read_image(image, channels: int, size: int) -> np.ndarray:
-    """A uint8 (C, H, W) array of an image file (any format Pillow reads), resized to the model's
+    """A uint8 (C, H, W) array of an image file or its bytes (any format Pillow reads), resized to the model's
     size, in its channels (1: grey, 3: RGB); arrays are taken as they are."""
     if isinstance(image, (np.ndarray, torch.Tensor)):
         return np.asarray(image)
+    import io
+
     from PIL import Image, UnidentifiedImageError
 
+    name = "the image bytes" if isinstance(image, bytes) else image
     try:
-        with Image.open(image) as opened:
+        with Image.open(io.BytesIO(image) if isinstance(image, bytes) else image) as opened:
             picture = opened.convert("L" if channels == 1 else "RGB").resize((size, size), Image.BILINEAR)
     except (OSError, UnidentifiedImageError) as err:
-        raise TransformerLabError(f"{image}: not a readable image ({str(err).splitlines()[0][:120]})") from None
+        raise TransformerLabError(f"{name}: not a readable image ({str(err).splitlines()[0][:120]})") from None
     array = np.array(picture, dtype=np.uint8)  # a copy: torch refuses read-only arrays
     return array[None] if array.ndim == 2 else array.transpose(2, 0, 1)
 
@@ -259,8 +270,8 @@ class TokenClassificationPipeline(Pipeline):
 
     def run(self, inputs, batch_size: int = 64):
         texts = [check_text(text) for text in inputs]
-        words = [[(m.group(), m.start(), m.end()) for m in (SPACED if self.loaded.family != "token_classification"
-                                                             else WORD).finditer(text)] for text in texts]
+        tokenizer = self.model.preprocessor.tokenizer if self.loaded.family == "token_classification" else None
+        words = [split_words(text, tokenizer) for text in texts]
         plain = [[w for w, _, _ in row] for row in words]
         results = []
         if self.loaded.family == "token_classification":

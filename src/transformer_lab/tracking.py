@@ -12,7 +12,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import torch
 from lightning.pytorch.loggers import Logger, MLFlowLogger
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -174,21 +173,27 @@ def log_artifacts(logger: MLFlowLogger, paths: list[str | Path], artifact_path: 
             logger.experiment.log_artifact(logger.run_id, str(path), artifact_path)
 
 
-def log_pytorch_model(logger: MLFlowLogger, model: torch.nn.Module) -> str:
-    """The trained nn.Module as an MLflow model (shown under the run's logged models); returns its URI."""
+def log_pipeline_model(logger: MLFlowLogger, checkpoint: str, register_as: tuple[str, str, str] | None) -> str | None:
+    """The checkpoint's pipeline as the run's MLflow model (serving.py) and, with register_as
+    (name, metric, mode), a version of registered model `name`, `champion` if its metric is the
+    best; returns the model's URI (None for a model no pipeline reads)."""
     import mlflow
+    from mlflow.exceptions import MlflowException
 
-    with mlflow.start_run(run_id=logger.run_id):  # reopens the finished run just for this
-        info = mlflow.pytorch.log_model(
-            model.eval(), name="model",
-            # Requirements named here: inferring them imports every package and takes long.
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "transformer-lab"],
-            signature=False,
-            # 'pt2' (torch.export) would fix batch size and length to those of one example input.
-            serialization_format="pickle",
-        )
-    logger.experiment.set_tag(logger.run_id, "model_uri", info.model_uri)
-    return info.model_uri
+    from transformer_lab import serving
+
+    mlflow.set_tracking_uri(logger._tracking_uri)
+    uri = serving.log_pipeline_model(logger.run_id, checkpoint)
+    if uri and register_as:
+        name, metric, mode = register_as
+        try:
+            version, champion = serving.register(uri, name, logger.run_id, metric, mode)
+        except MlflowException as err:  # e.g. a file store, which has no registry
+            print(f"model registry: not registered ({str(err).splitlines()[0][:160]})")
+        else:
+            print(f"model registry: {name} version {version}{' (champion)' if champion else ''}, "
+                  f"models:/{name}@{serving.CHAMPION}")
+    return uri
 
 
 def write_run_reference(path: str | Path, logger: MLFlowLogger) -> None:
@@ -245,16 +250,18 @@ class RunRecord(Callback):
         if self.logger:
             self.logger.log_metrics(metrics)
 
-    def finish(self, files: list[str | Path], checkpoint: str | None = None, model: torch.nn.Module | None = None,
-               estimator=None, flavour: str | None = None) -> None:
-        """files: under the run's artifacts; checkpoint: under checkpoints/; model or estimator: as an MLflow model."""
+    def finish(self, files: list[str | Path], checkpoint: str | None = None, log_model: bool = False,
+               register_as: tuple[str, str, str] | None = None, estimator=None, flavour: str | None = None) -> None:
+        """files: under the run's artifacts; checkpoint: under checkpoints/ and, with log_model, as the
+        run's pipeline model (registered with register_as: name, metric, mode); estimator: as an
+        MLflow model of `flavour`."""
         if self.logger is None:
             return
         log_artifacts(self.logger, files)
         if checkpoint:
             log_artifacts(self.logger, [checkpoint], "checkpoints")
-        if model is not None:
-            log_pytorch_model(self.logger, model)
+        if log_model and checkpoint:
+            log_pipeline_model(self.logger, checkpoint, register_as)
         if estimator is not None:
             log_estimator(self.logger, estimator, flavour)
 

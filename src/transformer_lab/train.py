@@ -69,7 +69,7 @@ def print_summary(cfg: DictConfig, metrics: dict, output_dir: Path, seconds: flo
 
 def train(cfg: DictConfig) -> dict[str, float]:
     started = time.perf_counter()
-    check_config(cfg)  # parts of one family, a metric of its own: one line otherwise, before anything is built
+    family = check_config(cfg)  # parts of one family, a metric of its own: one line otherwise, before anything is built
     tracking.check_tracking(cfg)  # a server that is down stops the run before any data is read
     for node, where in ((cfg.data.datamodule, "data.datamodule"), (cfg.model, "model"), (cfg.task, "task")):
         check_types(node, where)
@@ -126,10 +126,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
         curves = plots.training_curves(output_dir / "history.csv", output_dir / "training_curves.png")
         if coverage is not None:
             record.log_metrics({"embeddings/word2vec_coverage": coverage})
-        log_model = cfg.tracking.log_trained_model and record.logger
-        if log_model:
-            task.to("cpu")  # `validate` above left the best weights in `task`
+        metric = family.metric(cfg.optimized_metric)
         record.finish([metrics_path, output_dir / "history.csv", curves], checkpoint=best or None,
-                      model=task.model if log_model else None)
+                      log_model=bool(cfg.tracking.log_trained_model),
+                      register_as=(cfg.task_name, metric.name, metric.mode) if cfg.tracking.register else None)
         print_summary(cfg, metrics, output_dir, time.perf_counter() - started, record.link)
     return metrics

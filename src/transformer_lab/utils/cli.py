@@ -33,8 +33,6 @@ def quiet_console() -> None:
     lightning_notices = _DropMessages("💡 Tip", "to estimate number of stepping batches")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).addFilter(lightning_notices)
-    # The pickled MLflow model is deliberate (README "What is safe to load"); torch.export would fix the shapes.
-    logging.getLogger("mlflow.pytorch").addFilter(_DropMessages("Saving pytorch model by Pickle"))
     for name in ("mlflow.store.db.utils", "alembic"):  # "Creating initial MLflow database tables..."
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")  # inside Lightning

@@ -1,0 +1,130 @@
+"""A training run's model in MLflow: the pipeline (pipelines.py) as a `pyfunc`, registered, the
+best version of each task's model under the alias `champion`.
+
+The pyfunc is logged as code (MLflow's "models from code": serving_model.py), with the run's
+checkpoint as its one artifact: loading it unpickles nothing, and it predicts what
+`transformer_lab.pipeline` predicts. Its input is a table (pandas DataFrame, or JSON
+`dataframe_records` when served) with the pipeline's fields as columns: text (and text_pair);
+question and context; image (an image file's bytes, base64-encoded); a table row's own columns.
+
+    mlflow.pyfunc.load_model("models:/atis@champion").predict(pd.DataFrame({"text": ["flights to boston"]}))
+    mlflow models serve -m models:/atis@champion --env-manager local -p 5001
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import warnings
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+
+CHAMPION = "champion"
+MODEL_CODE = Path(__file__).with_name("serving_model.py")
+TEXT_EXAMPLES = {  # the input example each task's logged model shows (and is checked with)
+    "text-classification": {"text": "a gripping, funny and moving film"},
+    "token-classification": {"text": "show me flights from boston to denver"},
+    "question-answering": {"question": "who wrote the report", "context": "the report was written by the committee"},
+    "fill-mask": {"text": "show me [MASK] from boston to denver"},
+    "feature-extraction": {"text": "a sentence to embed"},
+    "text-generation": {"text": "The"},
+}
+
+
+def input_example(run) -> pd.DataFrame:
+    """One input row for the pipeline `run` (pipelines.Pipeline): what the logged model's
+    signature is inferred from."""
+    task = run.task_name
+    if task == "image-classification":
+        import numpy as np
+        from PIL import Image
+
+        config = run.model.model.config
+        image = Image.fromarray(np.zeros((config.image_size, config.image_size), dtype=np.uint8))
+        buffer = io.BytesIO()
+        image.convert("L" if config.in_channels == 1 else "RGB").save(buffer, format="PNG")
+        return pd.DataFrame([{"image": base64.b64encode(buffer.getvalue()).decode()}])
+    if task == "tabular-classification":
+        encoder = run.model.preprocessor.encoder
+        row = {c: encoder.categories[c][0] if encoder.categories[c] else "" for c in encoder.categorical}
+        row.update({c: encoder.means[c] for c in encoder.continuous})
+        return pd.DataFrame([row])
+    return pd.DataFrame([TEXT_EXAMPLES[task]])
+
+
+def records_to_inputs(task: str, frame: pd.DataFrame) -> list:
+    """The pipeline inputs of a pyfunc input table's rows."""
+    from transformer_lab.predict import record_input
+
+    inputs = []
+    for number, record in enumerate(frame.to_dict(orient="records")):
+        record = {k: v for k, v in record.items() if not (isinstance(v, float) and pd.isna(v))}
+        if task == "image-classification":
+            inputs.append(base64.b64decode(record["image"]))
+        else:
+            inputs.append(record_input(task, record, f"input row {number}", Path.cwd()))
+    return inputs
+
+
+# The signature comes from the input example and records_to_inputs checks every row: MLflow's
+# type-hint validation, which it asks for when the class is defined, would check less.
+warnings.filterwarnings("ignore", message=r".*Add type hints to the `predict` method")
+
+
+class PipelineModel(mlflow.pyfunc.PythonModel):
+    """transformer_lab.pipeline on the checkpoint artifact, as an MLflow pyfunc."""
+
+    def load_context(self, context) -> None:
+        from transformer_lab.pipelines import pipeline
+
+        self.pipeline = pipeline(model=context.artifacts["checkpoint"])
+
+    def predict(self, context, model_input, params=None) -> list:
+        if not isinstance(model_input, pd.DataFrame):
+            model_input = pd.DataFrame(model_input if isinstance(model_input, list) else [model_input])
+        return self.pipeline(records_to_inputs(self.pipeline.task_name, model_input), **(params or {}))
+
+
+def log_pipeline_model(run_id: str, checkpoint: str | Path) -> str | None:
+    """Log the checkpoint's pipeline into run `run_id` as a pyfunc; its URI, or None for a model no
+    pipeline task reads (word2vec: its vectors are the run's artifact)."""
+    import torch
+    from mlflow.models import infer_signature
+
+    from transformer_lab.errors import TransformerLabError
+    from transformer_lab.pipelines import pipeline
+
+    try:
+        run = pipeline(model=str(checkpoint))
+    except TransformerLabError:
+        return None
+    example = input_example(run)
+    with mlflow.start_run(run_id=run_id):  # reopens the finished run just for this
+        info = mlflow.pyfunc.log_model(
+            name="model", python_model=str(MODEL_CODE), artifacts={"checkpoint": str(checkpoint)},
+            signature=infer_signature(example), input_example=example,
+            # Requirements named here: inferring them imports every package and takes long.
+            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "transformer-lab"])
+    mlflow.MlflowClient().set_tag(run_id, "model_uri", info.model_uri)
+    return info.model_uri
+
+
+def register(model_uri: str, name: str, run_id: str, metric: str, mode: str) -> tuple[int, bool]:
+    """A new version of registered model `name` from `model_uri`; it becomes `champion` when its
+    run's `metric` beats the champion's (mode: max or min) or there is none. (version, champion?)"""
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient()
+    version = mlflow.register_model(model_uri, name).version
+    try:
+        champion = client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        champion = None
+    new = client.get_run(run_id).data.metrics.get(metric)
+    old = client.get_run(champion.run_id).data.metrics.get(metric) if champion else None
+    better = old is None or (new is not None and (new > old if mode == "max" else new < old))
+    if better:
+        client.set_registered_model_alias(name, CHAMPION, version)
+    return int(version), better
