@@ -14,6 +14,7 @@ question and context; image (an image file's bytes, base64-encoded); a table row
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import warnings
 from pathlib import Path
@@ -117,7 +118,8 @@ def register(model_uri: str, name: str, run_id: str, metric: str, mode: str) -> 
     from mlflow.exceptions import MlflowException
 
     client = mlflow.MlflowClient()
-    version = mlflow.register_model(model_uri, name).version
+    with contextlib.redirect_stderr(io.StringIO()):  # its "Successfully registered ..." lines: the caller says it once
+        version = mlflow.register_model(model_uri, name).version
     try:
         champion = client.get_model_version_by_alias(name, CHAMPION)
     except MlflowException:

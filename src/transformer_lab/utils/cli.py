@@ -33,6 +33,8 @@ def quiet_console() -> None:
     lightning_notices = _DropMessages("💡 Tip", "to estimate number of stepping batches")
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
         logging.getLogger(name).addFilter(lightning_notices)
+    # MLflow's bars while it logs and checks a run's model (a few small files): the run's own summary says it
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     for name in ("mlflow.store.db.utils", "alembic"):  # "Creating initial MLflow database tables..."
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")  # inside Lightning
