@@ -24,11 +24,12 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.predict import predict  # noqa: E402
-from transformer_lab.utils.cli import pipeline, rename_overrides, run  # noqa: E402
+from transformer_lab.utils.cli import pipeline, quote_free_text, rename_overrides, run  # noqa: E402
 
 # model= and task= name what to predict with, but conf/ has model/ and task/ groups: in the config
 # they are model_source and pipeline_task
 sys.argv = rename_overrides(sys.argv, {"model": "model_source", "task": "pipeline_task"})
+sys.argv = quote_free_text(sys.argv, ("text", "text_pair", "question", "context"))  # commas, brackets: as typed
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="predict")

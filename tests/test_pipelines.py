@@ -192,3 +192,16 @@ def test_minilm_sentence_embeddings_equal_sentence_transformers():
         sentences, normalize_embeddings=True)
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
     assert embed.similarity(sentences[0], sentences[1]) > embed.similarity(sentences[0], sentences[2])
+
+
+def test_free_text_on_the_command_line_is_quoted_for_hydra():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from transformer_lab.utils.cli import quote_free_text
+
+    texts = ["a gripping, funny film", "the film was [MASK] .", "flights at 8 o'clock", "ends in a backslash \\",
+             "='already quoted'"]
+    argv = quote_free_text(["predict.py", *(f"text={t}" for t in texts), "model=x", "text='kept, as typed'"], ("text",))
+    assert argv[0] == "predict.py" and argv[-2] == "model=x" and argv[-1] == "text='kept, as typed'"
+    parsed = OverridesParser.create().parse_overrides(argv[1:-2])
+    assert [override.value() for override in parsed] == texts
