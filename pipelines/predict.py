@@ -24,7 +24,8 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.predict import predict  # noqa: E402
-from transformer_lab.utils.cli import pipeline, quote_free_text, rename_overrides, run  # noqa: E402
+from transformer_lab.utils.cli import pipeline, rename_overrides, run  # noqa: E402
+from transformer_lab.utils.overrides import quote_free_text  # noqa: E402
 
 # model= and task= name what to predict with, but conf/ has model/ and task/ groups: in the config
 # they are model_source and pipeline_task

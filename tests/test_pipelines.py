@@ -197,7 +197,7 @@ def test_minilm_sentence_embeddings_equal_sentence_transformers():
 def test_free_text_on_the_command_line_is_quoted_for_hydra():
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from transformer_lab.utils.cli import quote_free_text
+    from transformer_lab.utils.overrides import quote_free_text
 
     texts = ["a gripping, funny film", "the film was [MASK] .", "flights at 8 o'clock", "ends in a backslash \\",
              "='already quoted'"]
