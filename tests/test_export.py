@@ -8,6 +8,7 @@ import torch
 
 from conftest import PYTHON, ROOT, run
 from test_inference import TEXTS, _cases, tokenizer_path  # noqa: F401  (the fixture)
+from test_pipelines import save_checkpoint
 from transformer_lab import pipeline
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.export import export_hf
@@ -133,9 +134,7 @@ def test_export_refuses_what_has_no_transformers_class(tokenizer_path, tmp_path)
 def test_export_cli_writes_the_folder_and_refuses_another_format(exported, tmp_path):
     loaded, _ = exported["bert_classifier"]
     checkpoint = tmp_path / "sentiment.ckpt"
-    state = {"state_dict": loaded.task.state_dict(), "hyper_parameters": dict(loaded.task.hparams)}
-    loaded.task.on_save_checkpoint(state)
-    torch.save(state, checkpoint)
+    save_checkpoint(loaded.task, checkpoint)
     result = run([PYTHON, ROOT / "pipelines" / "export.py", f"model={checkpoint}", f"out={tmp_path / 'hf'}",
                   f"hydra.run.dir={tmp_path}/run"])
     assert result.returncode == 0, result.stderr[-2000:]

@@ -20,6 +20,15 @@ FAMILY = {"atis": "joint_intent_slot", "bert_atis": "bert_joint_intent_slot", "b
           "gpt_pretraining": "gpt_pretraining", "vit": "image_classification", "tabular": "tabular_classification"}
 
 
+def save_checkpoint(task, path) -> dict:
+    """`task` saved as train() saves it: weights, hyper-parameters and what the task's own
+    on_save_checkpoint adds (the family; Lightning calls it for weights-only checkpoints too)."""
+    checkpoint = {"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}
+    task.on_save_checkpoint(checkpoint)
+    torch.save(checkpoint, path)
+    return checkpoint
+
+
 @pytest.fixture(scope="module")
 def models(tokenizer_path, tmp_path_factory):
     """name -> (checkpoint path, the task it holds), written as train() writes them: weights,
@@ -30,10 +39,7 @@ def models(tokenizer_path, tmp_path_factory):
         if name not in FAMILY:
             continue
         path = folder / f"{name}.ckpt"
-        checkpoint = {"state_dict": task.state_dict(), "hyper_parameters": dict(task.hparams)}
-        task.on_save_checkpoint(checkpoint)  # the hook Lightning calls, weights-only checkpoints included
-        assert checkpoint["family"] == FAMILY[name]
-        torch.save(checkpoint, path)
+        assert save_checkpoint(task, path)["family"] == FAMILY[name]
         saved[name] = (path, task.eval())
     return saved
 
