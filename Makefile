@@ -9,7 +9,7 @@ GPU ?=
 comma := ,
 EXTRAS := dev$(if $(GPU),$(comma)gpu)
 
-.PHONY: install run test deps ui clean
+.PHONY: install run test test-all deps ui clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,10 @@ run: install            ## the whole DVC pipeline on the embedded default data
 	test -d .dvc || $(BIN)/dvc init --no-scm -q
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
 
-test: install           ## the test suite
+test: install           ## the quick suite: every test but the end-to-end runs of the real tools (under 5 min)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -m "not slow"
+
+test-all: install       ## everything, the end-to-end runs too (dvc repro, mlflow server, DDP, notebooks): what CI runs
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
 
 deps: install           ## rewrite dvc.yaml's source/config deps to what each stage runs and reads

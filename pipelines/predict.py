@@ -6,7 +6,7 @@
     python pipelines/predict.py model=artifacts/bert/pretrain text="the [MASK] sat" +options.top_k=3
     python pipelines/predict.py model=minilm task=feature-extraction text="a sentence to embed"
     python pipelines/predict.py model=artifacts/vit/train image=digit.png
-    python pipelines/predict.py model=artifacts/tabular/train/tab_transformer row='{age: 41, sex: 1, ...}'
+    python pipelines/predict.py model=artifacts/tabular/xgboost row='{island: Biscoe, sex: female, ...}'
     python pipelines/predict.py model=models:/sentiment@champion input=reviews.txt output=out.jsonl
 
 model= is a checkpoint, a stage's output folder, an MLflow run id or URI (runs:/..., models:/...),

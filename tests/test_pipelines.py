@@ -154,6 +154,50 @@ def test_tabular_classification_reads_rows_and_names_a_missing_column(models):
         classify({"colour": "red"})
 
 
+def test_tabular_baselines_are_pipelines_and_mlflow_models(tmp_path):
+    """XGBoost and logistic regression from their stage folders and from their MLflow runs: the
+    same probabilities as the fitted estimator on the encoded rows; the run's pyfunc agrees."""
+    import json
+    import os
+
+    import mlflow
+    import pandas as pd
+
+    from test_tabular import write_table
+    from transformer_lab import baselines
+    from transformer_lab.data.tabular import EncodedRows, TabularEncoder, prepare, read_schema, read_table
+    from transformer_lab.utils.config import compose_config
+
+    csv, schema = write_table(tmp_path, rows=120)
+    prepared = tmp_path / "prepared"
+    prepare("local", str(prepared), str(schema), local_path=str(csv), seed=0)
+    rows = pd.read_csv(csv).drop(columns="label").head(8).to_dict(orient="records")
+    encoder = TabularEncoder.from_dict(json.loads((prepared / "encoder.json").read_text()))
+    codes, continuous = encoder.features(read_table("rows", read_schema(prepared), pd.DataFrame(rows), labelled=False))
+    encoded = EncodedRows(codes, continuous, np.zeros(len(rows), dtype=np.int64))
+    for baseline in ("xgboost", "logistic_regression"):
+        folder = tmp_path / baseline
+        baselines.train_baseline(compose_config("train_baseline", [f"baseline={baseline}",
+                                                                   f"data.prepared_dir={prepared}"], folder))
+        classify = pipeline(model=str(folder))
+        assert classify.loaded.family == "tabular_baseline"
+        expected = baselines.predict(baselines.load(folder, "train_xgboost"), encoder, encoded)
+        results = classify(rows)
+        for row, result in zip(expected, results):
+            assert result == {"label": encoder.classes[int(row.argmax())], "score": pytest.approx(float(row.max()))}
+        with pytest.raises(TransformerLabError, match="size"):
+            classify({"colour": "red", "shape": "round", "weight": "5"})
+
+        run_id = json.loads((folder / "mlflow_run.json").read_text())["run_id"]
+        uri = os.environ["MLFLOW_TRACKING_URI"]
+        assert pipeline(model=run_id, tracking_uri=uri)(rows) == results
+        mlflow.set_tracking_uri(uri)
+        model_uri = mlflow.MlflowClient().get_run(run_id).data.tags["model_uri"]
+        served = mlflow.pyfunc.load_model(model_uri).predict(pd.DataFrame(rows))
+        assert [r["label"] for r in served] == [r["label"] for r in results]
+        assert [r["score"] for r in served] == pytest.approx([r["score"] for r in results])
+
+
 def test_wrong_task_unknown_task_empty_text_and_untagged_checkpoints_are_one_error(models, tmp_path):
     sentiment = str(models["bert_classifier"][0])
     with pytest.raises(TransformerLabError, match="sequence_classification model: it does text-classification "

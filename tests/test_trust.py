@@ -74,8 +74,9 @@ def test_a_scikit_learn_model_holding_untrusted_code_is_refused(tmp_path):
     from sklearn.preprocessing import FunctionTransformer
 
     from transformer_lab import baselines
+    from transformer_lab.checkpoints import ESTIMATOR_FILE
 
-    skops.io.dump(FunctionTransformer(func=os.system), tmp_path / baselines.ESTIMATOR_FILE)
+    skops.io.dump(FunctionTransformer(func=os.system), tmp_path / ESTIMATOR_FILE)
     with pytest.raises(TransformerLabError, match="refused to load.*system"):
         baselines.load(tmp_path, "train_logreg")
 

@@ -1,10 +1,15 @@
 """The baselines beside the TabTransformer on the same rows and split: XGBoost (gradient-boosted
 trees, early stopping on the validation rows) and scikit-learn's logistic regression. Both read
 the one-hot categoricals and the standardised continuous columns (+ missing indicators) of the
-same train-fitted encoder, and are scored by the same torchmetrics definitions as the task."""
+same train-fitted encoder, and are scored by the same torchmetrics definitions as the task.
+
+A baseline's folder holds the estimator and the preprocessor of its rows (preprocessor.json: the
+table's schema and the encoder), so `pipeline("tabular-classification", model=FOLDER)` reads raw
+rows as it does for the TabTransformer."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -14,12 +19,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from transformer_lab import tracking
-from transformer_lab.data.tabular import EncodedRows, TabularEncoder, encoded_splits
+from transformer_lab.checkpoints import ESTIMATOR_FILE, PREPROCESSOR_FILE, XGBOOST_FILE
+from transformer_lab.data.tabular import EncodedRows, TabularEncoder, TabularPreprocessor, encoded_splits, read_schema
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.tasks.tabular_classification import score_probabilities
 from transformer_lab.utils.io import atomic_write_json
 
-XGBOOST_FILE, ESTIMATOR_FILE = "model.ubj", "model.skops"
 
 
 def is_xgboost(estimator) -> bool:
@@ -79,6 +84,29 @@ def load(directory: str | Path, stage: str):
                               f"{ESTIMATOR_FILE}); train first (`dvc repro {stage}`)")
 
 
+class FittedBaseline:
+    """A fitted baseline with its preprocessor: raw table rows in, class probabilities out, as
+    TabularClassificationTask.predict (what the tabular-classification pipeline calls)."""
+
+    def __init__(self, estimator, preprocessor: TabularPreprocessor):
+        self.estimator, self.preprocessor = estimator, preprocessor
+
+    @classmethod
+    def load(cls, directory: str | Path, stage: str = "train_xgboost") -> FittedBaseline:
+        path = Path(directory) / PREPROCESSOR_FILE
+        if not path.is_file():
+            raise TransformerLabError(f"{path}: missing (baselines save it since they became pipelines); "
+                                      f"retrain: `dvc repro {stage}`")
+        return cls(load(directory, stage), TabularPreprocessor.from_state(json.loads(path.read_text())))
+
+    def predict(self, rows, batch_size: int | None = None) -> torch.Tensor:
+        """Class probabilities (rows, n_classes); batch_size is the task's argument, unused here."""
+        batch = self.preprocessor.batch(rows)  # one error naming a row without a feature column
+        categorical, continuous = batch["categorical"].numpy(), batch["continuous"].numpy()
+        encoded = EncodedRows(categorical, continuous, np.zeros(len(categorical), dtype=np.int64))
+        return torch.from_numpy(predict(self.estimator, self.preprocessor.encoder, encoded)).float()
+
+
 def train_baseline(cfg: DictConfig) -> dict[str, float]:
     """Fit `cfg.baseline` on the prepared table, score validation and test, save the model and
     record everything in an MLflow run of the task's experiment."""
@@ -97,15 +125,17 @@ def train_baseline(cfg: DictConfig) -> dict[str, float]:
         metrics["best_iteration"] = int(estimator.best_iteration)
 
     model_path = save(estimator, output_dir)
+    preprocessor = TabularPreprocessor(read_schema(cfg.data.prepared_dir), encoder)
+    preprocessor_path = output_dir / PREPROCESSOR_FILE
+    atomic_write_json(preprocessor_path, preprocessor.to_state())
     metrics_path = output_dir / "metrics.json"
     atomic_write_json(metrics_path, metrics)
     record = tracking.RunRecord(cfg)  # what train() records, without a Trainer
     logger = tracking.find_mlflow_logger(tracking.build_loggers(cfg))
     record.start(logger)
     record.log_metrics(metrics)
-    log_model = cfg.tracking.log_trained_model
-    record.finish([metrics_path, model_path], estimator=estimator if log_model else None,
-                  flavour="xgboost" if is_xgboost(estimator) else "sklearn")
+    record.finish([metrics_path, model_path, preprocessor_path],
+                  baseline=output_dir if cfg.tracking.log_trained_model else None)
     if logger:
         logger.finalize("success")
     return metrics

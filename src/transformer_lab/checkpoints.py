@@ -20,6 +20,14 @@ from transformer_lab.errors import TransformerLabError
 
 
 FAMILY_KEY = "family"
+# A fitted tabular baseline (baselines.py) has no checkpoint: its folder holds the estimator in its
+# own format (XGBoost's, or skops for scikit-learn; neither a pickle) and the preprocessor as JSON.
+XGBOOST_FILE, ESTIMATOR_FILE, PREPROCESSOR_FILE = "model.ubj", "model.skops", "preprocessor.json"
+BASELINE_FILES = (XGBOOST_FILE, ESTIMATOR_FILE, PREPROCESSOR_FILE)
+
+
+def is_baseline_folder(directory: str | Path) -> bool:
+    return any((Path(directory) / name).is_file() for name in (XGBOOST_FILE, ESTIMATOR_FILE))
 
 
 class NamesItsFamily:

@@ -6,7 +6,7 @@
     classify(["dull", "moving"], top_k=None)   # every label of each text, best first
 
 `model=` takes a checkpoint file, a stage's output folder (its checkpoints/best.ckpt, else
-last.ckpt), an MLflow run (a run id, `runs:/RUN_ID`) or registered model (`models:/NAME@ALIAS`,
+last.ckpt; a tabular baseline's folder: its fitted XGBoost or logistic regression), an MLflow run (a run id, `runs:/RUN_ID`) or registered model (`models:/NAME@ALIAS`,
 `models:/NAME/VERSION`), or a published encoder (`minilm`, a Hugging Face BERT folder, hf:NAME:
 feature-extraction only). The checkpoint names the family that wrote it, so `task` may be left
 out; a task the model cannot do is one error naming the tasks it can.
@@ -18,8 +18,10 @@ limit is cut to it with a warning (what the model reads is what BERT reads in tr
 from __future__ import annotations
 
 import re
+import tempfile
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from importlib import import_module
 from pathlib import Path
 
@@ -27,7 +29,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.checkpoints import FAMILY_KEY, load_task, read_checkpoint
+from transformer_lab.checkpoints import (BASELINE_FILES, FAMILY_KEY, PREPROCESSOR_FILE, is_baseline_folder, load_task,
+                                         read_checkpoint)
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.families import FAMILIES
 
@@ -43,15 +46,18 @@ TASKS: dict[str, tuple[str, ...]] = {
     "feature-extraction": (*BERT_BODIES, "published"),
     "text-generation": ("gpt_pretraining",),
     "image-classification": ("image_classification",),
-    "tabular-classification": ("tabular_classification",),
+    "tabular-classification": ("tabular_classification", "tabular_baseline"),
 }
+# XGBoost or logistic regression (baselines.py): a fitted estimator and its preprocessor, no checkpoint.
+# Its loader is imported by name, as a family's task is: a stage that trains no baseline runs none of it.
+BASELINE, BASELINE_LOADER = "tabular_baseline", "transformer_lab.baselines.FittedBaseline"
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 @dataclass
 class LoadedModel:
-    family: str   # a families.py name, or "published" for an encoder from published.py
-    task: object  # the trained LightningModule (eval mode, CPU), or a PublishedEncoder
+    family: str   # a families.py name, "published" (an encoder from published.py) or BASELINE
+    task: object  # the trained LightningModule (eval mode, CPU), a PublishedEncoder or a FittedBaseline
     source: str   # what `model=` said
 
 
@@ -63,9 +69,9 @@ def tasks_of(family: str) -> list[str]:
 # Finding the model
 
 
-def mlflow_checkpoint(model: str, tracking_uri: str | None) -> Path:
-    """The best checkpoint logged by the MLflow run `model` names (run id, runs:/ or models:/ URI),
-    downloaded into MLflow's local cache."""
+def mlflow_model_path(model: str, tracking_uri: str | None) -> Path:
+    """What the MLflow run `model` names (run id, runs:/ or models:/ URI) logged, downloaded into
+    MLflow's local cache: its best checkpoint, or a baseline's folder (model file, preprocessor)."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -82,30 +88,45 @@ def mlflow_checkpoint(model: str, tracking_uri: str | None) -> Path:
         else:
             run_id = model.removeprefix("runs:/").strip("/").split("/")[0]
         checkpoints = [a.path for a in client.list_artifacts(run_id, "checkpoints") if a.path.endswith(".ckpt")]
+        files = [] if checkpoints else [a.path for a in client.list_artifacts(run_id) if a.path in BASELINE_FILES]
     except MlflowException as err:
         raise TransformerLabError(f"model={model}: {str(err).splitlines()[0][:200]} "
                                   f"(tracking store {client.tracking_uri})") from None
-    if not checkpoints:
-        raise TransformerLabError(f"model={model}: run {run_id} logged no checkpoint (checkpoints/*.ckpt)")
-    return Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=sorted(checkpoints)[0],
-                                                    tracking_uri=client.tracking_uri))
+    download = partial(mlflow.artifacts.download_artifacts, run_id=run_id, tracking_uri=client.tracking_uri)
+    if checkpoints:
+        return Path(download(artifact_path=sorted(checkpoints)[0]))
+    if PREPROCESSOR_FILE in files and len(files) > 1:
+        folder = Path(tempfile.mkdtemp(prefix=f"baseline-{run_id}-"))
+        for name in files:
+            download(artifact_path=name, dst_path=str(folder))
+        return folder
+    raise TransformerLabError(f"model={model}: run {run_id} logged no checkpoint (checkpoints/*.ckpt) "
+                              "and no baseline model")
 
 
-def checkpoint_path(model: str, tracking_uri: str | None = None) -> Path:
-    """The checkpoint file `model` (a file, a stage's folder or an MLflow reference) stands for."""
+def model_path(model: str, tracking_uri: str | None = None) -> Path:
+    """The checkpoint file (or baseline folder) `model` (a file, a stage's folder or an MLflow
+    reference) stands for."""
     if model.startswith(("runs:/", "models:/")) or RUN_ID.fullmatch(model):
-        return mlflow_checkpoint(model, tracking_uri)
+        return mlflow_model_path(model, tracking_uri)
     path = Path(model)
     if path.is_dir():
         for candidate in (path / "checkpoints" / "best.ckpt", path / "checkpoints" / "last.ckpt",
                           path / "best.ckpt", path / "last.ckpt"):
             if candidate.is_file():
                 return candidate
+        if is_baseline_folder(path):
+            return path
         raise TransformerLabError(f"model={model}: a folder without checkpoints/best.ckpt or last.ckpt "
                                   "(pass a training stage's output folder or a .ckpt file)")
     if not path.is_file():
         raise TransformerLabError(f"model={model}: no such file or folder, MLflow run or published model")
     return path
+
+
+def imported(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    return getattr(import_module(module), name)
 
 
 def load_model(model: str | LoadedModel, tracking_uri: str | None = None) -> LoadedModel:
@@ -118,13 +139,14 @@ def load_model(model: str | LoadedModel, tracking_uri: str | None = None) -> Loa
     # A Hugging Face folder has a config.json; a stage's folder (also a folder) has checkpoints
     if model in published.PACKAGES or model.startswith(published.HUB_PREFIX) or (Path(model) / "config.json").is_file():
         return LoadedModel("published", PublishedEncoder(published.resolve(model)), model)
-    path = checkpoint_path(model, tracking_uri)
+    path = model_path(model, tracking_uri)
+    if path.is_dir():  # a baseline's folder
+        return LoadedModel(BASELINE, imported(BASELINE_LOADER).load(path), model)
     family = read_checkpoint(path).get(FAMILY_KEY)
     if family not in FAMILIES:
         raise TransformerLabError(f"{path}: the checkpoint does not name its family (written before "
                                   f"checkpoints did); retrain it, e.g. `dvc repro`")
-    module, _, name = FAMILIES[family].task.rpartition(".")
-    task_class = getattr(import_module(module), name)
+    task_class = imported(FAMILIES[family].task)
     stage = (FAMILIES[family].stages or (f"task={family}",))[-1]
     return LoadedModel(family, load_task(path, task_class, stage), model)
 

@@ -2,7 +2,8 @@
 best version of each task's model under the alias `champion`.
 
 The pyfunc is logged as code (MLflow's "models from code": serving_model.py), with the run's
-checkpoint as its one artifact: loading it unpickles nothing, and it predicts what
+checkpoint (a baseline: its model file and preprocessor.json) as its one artifact: loading it
+unpickles nothing, and it predicts what
 `transformer_lab.pipeline` predicts. Its input is a table (pandas DataFrame, or JSON
 `dataframe_records` when served) with the pipeline's fields as columns: text (and text_pair);
 question and context; image (an image file's bytes, base64-encoded); a table row's own columns.
@@ -16,7 +17,9 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import shutil
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 
 import mlflow
@@ -55,6 +58,17 @@ def input_example(run) -> pd.DataFrame:
     return pd.DataFrame([TEXT_EXAMPLES[task]])
 
 
+def signature(run, example: pd.DataFrame):
+    """The logged model's input signature: the example's column types; a table row's cells are
+    typed `any`, as cells of a CSV are numbers or missing markers ("?")."""
+    from mlflow.models import ModelSignature, infer_signature
+    from mlflow.types.schema import AnyType, ColSpec, Schema
+
+    if run.task_name == "tabular-classification":
+        return ModelSignature(inputs=Schema([ColSpec(AnyType(), column) for column in example.columns]))
+    return infer_signature(example)
+
+
 def records_to_inputs(task: str, frame: pd.DataFrame) -> list:
     """The pipeline inputs of a pyfunc input table's rows."""
     from transformer_lab.predict import record_input
@@ -89,11 +103,14 @@ class PipelineModel(mlflow.pyfunc.PythonModel):
 
 
 def log_pipeline_model(run_id: str, checkpoint: str | Path) -> str | None:
-    """Log the checkpoint's pipeline into run `run_id` as a pyfunc; its URI, or None for a model no
-    pipeline task reads (word2vec: its vectors are the run's artifact)."""
-    import torch
-    from mlflow.models import infer_signature
+    """Log the pipeline of a checkpoint (or a fitted baseline's folder) into run `run_id` as a
+    pyfunc; its URI, or None for a model no pipeline task reads (word2vec: its vectors are the
+    run's artifact)."""
+    import tempfile
 
+    import torch
+
+    from transformer_lab.checkpoints import BASELINE_FILES
     from transformer_lab.errors import TransformerLabError
     from transformer_lab.pipelines import pipeline
 
@@ -102,14 +119,32 @@ def log_pipeline_model(run_id: str, checkpoint: str | Path) -> str | None:
     except TransformerLabError:
         return None
     example = input_example(run)
-    with mlflow.start_run(run_id=run_id):  # reopens the finished run just for this
+    requirements = [f"torch=={torch.__version__.split('+')[0]}", "transformer-lab"]
+    with tempfile.TemporaryDirectory() as staging, mlflow.start_run(run_id=run_id):  # reopens the finished run
+        artifact = Path(checkpoint)
+        if artifact.is_dir():  # a baseline: its model and preprocessor only, not the whole stage folder
+            artifact = Path(staging) / "baseline"
+            artifact.mkdir()
+            for name in BASELINE_FILES:
+                if (Path(checkpoint) / name).is_file():
+                    shutil.copy2(Path(checkpoint) / name, artifact / name)
+            requirements += [f"{d}=={version(d)}" for d in baseline_distributions(run.model.estimator)]
         info = mlflow.pyfunc.log_model(
-            name="model", python_model=str(MODEL_CODE), artifacts={"checkpoint": str(checkpoint)},
-            signature=infer_signature(example), input_example=example,
+            name="model", python_model=str(MODEL_CODE), artifacts={"checkpoint": str(artifact)},
+            signature=signature(run, example), input_example=example,
             # Requirements named here: inferring them imports every package and takes long.
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "transformer-lab"])
+            pip_requirements=requirements)
     mlflow.MlflowClient().set_tag(run_id, "model_uri", info.model_uri)
     return info.model_uri
+
+
+def baseline_distributions(estimator) -> list[str]:
+    """The installed distributions of the estimator's package (xgboost-cpu or xgboost, scikit-learn)."""
+    from importlib.metadata import packages_distributions
+
+    module = type(estimator).__module__.split(".")[0]
+    distributions = packages_distributions().get(module, [])
+    return distributions[:1] + (["skops"] if module == "sklearn" else [])
 
 
 def register(model_uri: str, name: str, run_id: str, metric: str, mode: str) -> tuple[int, bool]:

@@ -173,10 +173,11 @@ def log_artifacts(logger: MLFlowLogger, paths: list[str | Path], artifact_path: 
             logger.experiment.log_artifact(logger.run_id, str(path), artifact_path)
 
 
-def log_pipeline_model(logger: MLFlowLogger, checkpoint: str, register_as: tuple[str, str, str] | None) -> str | None:
-    """The checkpoint's pipeline as the run's MLflow model (serving.py) and, with register_as
-    (name, metric, mode), a version of registered model `name`, `champion` if its metric is the
-    best; returns the model's URI (None for a model no pipeline reads)."""
+def log_pipeline_model(logger: MLFlowLogger, checkpoint: str | Path,
+                       register_as: tuple[str, str, str] | None = None) -> str | None:
+    """The pipeline of the checkpoint (or of a baseline's folder) as the run's MLflow model
+    (serving.py) and, with register_as (name, metric, mode), a version of registered model `name`,
+    `champion` if its metric is the best; returns the model's URI (None for a model no pipeline reads)."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -209,22 +210,6 @@ def read_run_reference(path: str | Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def log_estimator(logger: MLFlowLogger, estimator, flavour: str) -> str:
-    """A fitted estimator as an MLflow model of `flavour` ("xgboost" or "sklearn"); returns its URI."""
-    import importlib
-    from importlib.metadata import packages_distributions, version
-
-    import mlflow
-
-    package = packages_distributions()[flavour][0]  # the module's distribution: xgboost-cpu or xgboost, scikit-learn
-    mlflow.set_tracking_uri(logger._tracking_uri)
-    with mlflow.start_run(run_id=logger.run_id):  # requirements named: inferring them imports everything
-        info = importlib.import_module(f"mlflow.{flavour}").log_model(
-            estimator, name="model", signature=False, pip_requirements=[f"{package}=={version(package)}"])
-    logger.experiment.set_tag(logger.run_id, "model_uri", info.model_uri)
-    return info.model_uri
-
-
 class RunRecord(Callback):
     """The MLflow bookkeeping of a training run. At the start: params (the resolved config), tags
     (git commit, DVC stage, overrides, sweep) and the run reference that later stages log into.
@@ -251,10 +236,10 @@ class RunRecord(Callback):
             self.logger.log_metrics(metrics)
 
     def finish(self, files: list[str | Path], checkpoint: str | None = None, log_model: bool = False,
-               register_as: tuple[str, str, str] | None = None, estimator=None, flavour: str | None = None) -> None:
+               register_as: tuple[str, str, str] | None = None, baseline: str | Path | None = None) -> None:
         """files: under the run's artifacts; checkpoint: under checkpoints/ and, with log_model, as the
-        run's pipeline model (registered with register_as: name, metric, mode); estimator: as an
-        MLflow model of `flavour`."""
+        run's pipeline model (registered with register_as: name, metric, mode); baseline: a fitted
+        baseline's folder, whose pipeline becomes the run's model."""
         if self.logger is None:
             return
         log_artifacts(self.logger, files)
@@ -262,8 +247,8 @@ class RunRecord(Callback):
             log_artifacts(self.logger, [checkpoint], "checkpoints")
         if log_model and checkpoint:
             log_pipeline_model(self.logger, checkpoint, register_as)
-        if estimator is not None:
-            log_estimator(self.logger, estimator, flavour)
+        if baseline is not None:
+            log_pipeline_model(self.logger, baseline)
 
     @property
     def link(self) -> str | None:
