@@ -53,6 +53,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
         set_param(conf / "data" / "atis.yaml", key, old, new)
     set_param(conf / "trainer" / "default.yaml", "max_epochs", "15", "1")
     set_param(conf / "experiment" / "word2vec.yaml", "max_epochs", "5", "1")
+    set_param(conf / "experiment" / "elmo_pretrain.yaml", "max_epochs", "5", "1")
     set_param(conf / "experiment" / "bert_pretrain.yaml", "max_epochs", "4", "1")
     for key, old, new in [("n_train", "3000", "300"), ("n_validation", "300", "60"), ("n_test", "300", "60")]:
         set_param(conf / "data" / "qa.yaml", key, old, new)
@@ -65,7 +66,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "10"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     # every datamodule caps its splits alike (data.datamodule.max_examples): seconds per stage
-    for data in ("atis_bert", "bert_pretraining", "gpt_pretraining", "gpt_sentiment", "images", "qa", "sentiment"):
+    for data in ("atis_bert", "bert_pretraining", "elmo_pretraining", "gpt_pretraining", "gpt_sentiment", "images", "qa",
+                 "sentiment"):
         set_param(conf / "data" / f"{data}.yaml", "max_examples", "null", "128")
     set_param(conf / "baseline" / "xgboost.yaml", "n_estimators", "2000", "100")
     # the pickled MLflow model of every run is tested in-process (test_train); here it would only cost time
@@ -78,6 +80,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     first = dvc(project, "repro")
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
+                                                       "pretrain_elmo", "evaluate_elmo",
                                                        "pretrain_bert", "finetune_sentiment", "finetune_pairs",
                                                        "finetune_sentiment_scratch", "finetune_sentiment_minilm",
                                                        "compare_sentiment",
@@ -166,6 +169,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     client = MlflowClient(f"sqlite:///{project}/mlflow.db")
     [word2vec_run] = client.search_runs([client.get_experiment_by_name("word2vec").experiment_id])
     assert "eval/wordsim_spearman" in word2vec_run.data.metrics
+    [elmo_run] = client.search_runs([client.get_experiment_by_name("elmo_pretrain").experiment_id])
+    assert {"val/perplexity", "eval/val_word_ppl", "eval/top_same_word_cosine"} <= set(elmo_run.data.metrics)
     runs = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
     encoder_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "train_atis"]
     assert len(encoder_runs) == 2 and {r.data.params["model.n_heads"] for r in encoder_runs} == {"4", "2"}

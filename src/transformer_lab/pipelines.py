@@ -43,7 +43,7 @@ TASKS: dict[str, tuple[str, ...]] = {
     "token-classification": ("token_classification", "bert_joint_intent_slot", "joint_intent_slot"),
     "question-answering": ("question_answering",),
     "fill-mask": ("bert_pretraining",),
-    "feature-extraction": (*BERT_BODIES, "published"),
+    "feature-extraction": (*BERT_BODIES, "published", "elmo_pretraining"),
     "text-generation": ("gpt_pretraining",),
     "image-classification": ("image_classification",),
     "tabular-classification": ("tabular_classification", "tabular_baseline"),
@@ -369,12 +369,16 @@ class PublishedEncoder(torch.nn.Module):
 class FeatureExtractionPipeline(Pipeline):
     """text -> its embedding: the encoder's last hidden states averaged over the text's tokens
     (sentence-transformers' mean pooling), unit length with normalize=True. `similarity(a, b)`
-    is the cosine of two texts' embeddings."""
+    is the cosine of two texts' embeddings. ELMo: its L + 1 layers averaged (the scalar mix with
+    equal weights and γ = 1), then over the words."""
 
     task_name = "feature-extraction"
 
     def __init__(self, loaded: LoadedModel, **defaults):
         super().__init__(loaded, **defaults)
+        self.bert = None
+        if loaded.family == "elmo_pretraining":
+            return
         from transformer_lab.data.bert import BertPreprocessor
 
         self.bert = self.model.bert if loaded.family == "published" else self.model.model.bert
@@ -387,6 +391,10 @@ class FeatureExtractionPipeline(Pipeline):
     def embed(self, texts: list[str], normalize: bool = False, batch_size: int = 64) -> torch.Tensor:
         from transformer_lab.tasks.inference import batches
 
+        if self.bert is None:  # ELMo: sentences longer than its max_len are cut by its preprocessor
+            layers = self.model.features(texts, batch_size=batch_size)
+            embeddings = torch.stack([sentence.mean(0).mean(0) for sentence in layers])
+            return F.normalize(embeddings, dim=-1) if normalize else embeddings
         warn_if_cut(self.preprocessor.tokenizer, texts, self.preprocessor.max_len - 2)
         pooled = []
         with torch.no_grad():

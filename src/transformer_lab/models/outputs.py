@@ -23,7 +23,10 @@ class ModelOutput:
         GPTLMHeadModel: next-token logits (batch, length, vocab)
         BertForQuestionAnswering: span logits (batch, length, 2), = start_logits and end_logits stacked
         Word2Vec: the score of every binary decision (batch, window or 1, decisions)
-    loss: a loss the model computes itself (Word2Vec: -log p(centre | context) per example, (batch,)).
+        ElmoBiLM: its representation, every layer's states (L + 1, batch, time, 2 * projection_dim):
+            layer 0 the character encoder's (twice, to the width of [forward; backward]), then the biLSTM's
+    loss: a loss the model computes itself (Word2Vec: -log p(centre | context) per example, (batch,);
+        ElmoBiLM with word_ids: the mean of its forward_loss and backward_loss).
     aux_loss: a term the task adds to its loss with a weight: the mixture-of-experts load-balancing
         loss summed over layers (GPT with ffn=moe), else None.
     hidden_states: the last layer's states, (batch, tokens, d_model) (GPT classifier:
@@ -37,6 +40,7 @@ class ModelOutput:
         nsp_logits: next-sentence logits (batch, 2) (BertForPreTraining)
         lm_logits: language-model logits over every input position (batch, n_sequences, length, vocab),
             for GPT-1's auxiliary LM loss (GPTForSequenceClassification)
+        forward_loss, backward_loss: the mean next-word and previous-word losses (ElmoBiLM)
     """
 
     logits: torch.Tensor
@@ -49,3 +53,5 @@ class ModelOutput:
     end_logits: torch.Tensor | None = None
     nsp_logits: torch.Tensor | None = None
     lm_logits: torch.Tensor | None = None
+    forward_loss: torch.Tensor | None = None
+    backward_loss: torch.Tensor | None = None

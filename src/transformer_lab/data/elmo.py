@@ -1,0 +1,123 @@
+"""ELMo inputs: sentences of the prepared corpus as words, each word as its characters (what the
+model reads) and as an id of the output vocabulary (what its softmax predicts).
+
+A sentence is `<S> w_1 ... w_n </S>`: the forward LM predicts w_1 ... w_n, </S> and the backward
+LM </S>'s mirror image, <S>, so every word and one end marker per sentence are scored in each
+direction (per-word perplexity counts </S> as a word, as WikiText's <eos> is). Words are cut from
+the text as runs of letters/digits or single punctuation marks, case kept (the characters see it).
+The output vocabulary is the training words seen min_count times, most frequent first; the
+others are predicted as <UNK>, but their characters are still read in full.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from transformer_lab.data.corpus import read_documents
+from transformer_lab.data.preprocessing import Preprocessor
+from transformer_lab.errors import DataError
+from transformer_lab.models.elmo import (BEGIN_OF_SENTENCE, BEGIN_OF_WORD, CHAR_PAD, END_OF_SENTENCE, END_OF_WORD,
+                                         IGNORE_INDEX, N_MARKERS)
+
+BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def words_of(sentence: str) -> list[str]:
+    return _WORD.findall(sentence)
+
+
+@dataclass(eq=False)
+class ElmoPreprocessor(Preprocessor):
+    """Sentences -> character ids, output-word ids and lengths. State: words (the output
+    vocabulary, specials first), max_word_chars, max_len (words per sentence, markers included)."""
+
+    words: list[str]
+    max_word_chars: int = 20
+    max_len: int = 64
+
+    def __post_init__(self):
+        self.index = {w: i for i, w in enumerate(self.words)}
+        self.unk_id = self.index[UNK]
+
+    def characters(self, word: str) -> list[int]:
+        """begin-of-word, the UTF-8 bytes (cut to fit), end-of-word, padding."""
+        if word in (BOS, EOS):
+            inner = [BEGIN_OF_SENTENCE if word == BOS else END_OF_SENTENCE]
+        else:
+            inner = [b + N_MARKERS for b in word.encode("utf-8")[: self.max_word_chars - 2]]
+        ids = [BEGIN_OF_WORD, *inner, END_OF_WORD]
+        return ids + [CHAR_PAD] * (self.max_word_chars - len(ids))
+
+    def sequence(self, words: list[str]) -> list[str]:
+        """<S> words </S>, cut to max_len (the end marker kept)."""
+        return [BOS, *words[: self.max_len - 2], EOS]
+
+    def batch(self, sentences: list[list[str]]) -> dict[str, torch.Tensor]:
+        """characters (batch, time, max_word_chars), lengths (batch,), word_ids (batch, time):
+        right-padded; word_ids IGNORE_INDEX on padding."""
+        sequences = [self.sequence(s) for s in sentences]
+        time = max(len(s) for s in sequences)
+        characters = torch.full((len(sequences), time, self.max_word_chars), CHAR_PAD)
+        word_ids = torch.full((len(sequences), time), IGNORE_INDEX)
+        for row, sequence in enumerate(sequences):
+            characters[row, : len(sequence)] = torch.tensor([self.characters(w) for w in sequence])
+            word_ids[row, : len(sequence)] = torch.tensor([self.index.get(w, self.unk_id) for w in sequence])
+        return {"characters": characters, "lengths": torch.tensor([len(s) for s in sequences]), "word_ids": word_ids}
+
+
+def build_vocabulary(sentences: list[list[str]], min_count: int, max_words: int | None) -> list[str]:
+    """Specials, then the words seen min_count times, most frequent first (ties alphabetical)."""
+    counts = Counter(w for s in sentences for w in s)
+    words = sorted((w for w, c in counts.items() if c >= min_count and w not in (BOS, EOS, UNK)),
+                   key=lambda w: (-counts[w], w))
+    if not words:
+        raise DataError(f"no word occurs min_count={min_count} times; lower data.datamodule.min_count or use more text")
+    return [BOS, EOS, UNK, *words[:max_words]]
+
+
+class ElmoDataModule(L.LightningDataModule):
+    """Sentences of the prepared corpus (`prepare_corpus`), shuffled per epoch for training, in
+    order for validation; batches padded to their longest sentence."""
+
+    preprocessor: ElmoPreprocessor
+
+    def __init__(self, prepared_dir: str, min_count: int = 2, max_words: int | None = None, max_len: int = 64,
+                 max_word_chars: int = 20, batch_size: int = 32, eval_batch_size: int = 128, seed: int = 0,
+                 num_workers: int = 0, max_examples: int | None = None):
+        """max_words: cap on the output vocabulary (None: every word seen min_count times).
+        max_examples: sentences kept per split (None = all; debug=smoke)."""
+        super().__init__()
+        self.prepared_dir = Path(prepared_dir)
+        self.batch_size, self.eval_batch_size, self.seed = batch_size, eval_batch_size, seed
+        self.num_workers, self.max_examples = num_workers, max_examples
+        self.sentences = {split: self._sentences(split) for split in ("train", "validation")}
+        words = build_vocabulary(self.sentences["train"], min_count, max_words)
+        self.preprocessor = ElmoPreprocessor(words, max_word_chars, max_len)
+
+    def _sentences(self, split: str) -> list[list[str]]:
+        sentences = [words_of(s) for document in read_documents(self.prepared_dir, split) for s in document]
+        return [s for s in sentences if s][: self.max_examples]
+
+    def model_kwargs(self) -> dict:
+        return {"vocab_size": len(self.preprocessor.words), "max_word_chars": self.preprocessor.max_word_chars}
+
+    def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
+        # seeded by the epoch too, so that a resumed run draws the order an uninterrupted one would
+        epoch = self.trainer.current_epoch if self.trainer else 0
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch) if shuffle else None
+        return DataLoader(self.sentences[split], batch_size, shuffle=shuffle, generator=generator,
+                          collate_fn=self.preprocessor.batch, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("validation", self.eval_batch_size, shuffle=False)
