@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 
 from transformer_lab.data.corpus import read_documents
 from transformer_lab.data.preprocessing import Preprocessor
@@ -83,9 +84,36 @@ def build_vocabulary(sentences: list[list[str]], min_count: int, max_words: int 
     return [BOS, EOS, UNK, *words[:max_words]]
 
 
+class SimilarLengthBatches(Sampler):
+    """Batches of sentences of similar length, in random order: each epoch shuffles the sentences,
+    sorts each run of 50 batches' worth by length, cuts it into batches and shuffles the batches.
+    The LSTMs step through every padded position, so this halves an epoch's work on a corpus of
+    mixed lengths while every batch is still a random draw."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, epoch: Callable[[], int] = lambda: 0,
+                 pool: int = 50):
+        """epoch: the current epoch, read at each epoch's start (a resumed run draws the batches an
+        uninterrupted one would)."""
+        self.lengths, self.batch_size, self.seed, self.epoch, self.pool = lengths, batch_size, seed, epoch, pool
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch())
+        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        batches = []
+        for start in range(0, len(order), self.batch_size * self.pool):
+            chunk = sorted(order[start:start + self.batch_size * self.pool], key=self.lengths.__getitem__)
+            batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        for i in torch.randperm(len(batches), generator=generator).tolist():
+            yield batches[i]
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+
 class ElmoDataModule(L.LightningDataModule):
-    """Sentences of the prepared corpus (`prepare_corpus`), shuffled per epoch for training, in
-    order for validation; batches padded to their longest sentence."""
+    """Sentences of the prepared corpus (`prepare_corpus`) in batches of similar length
+    (SimilarLengthBatches, a new draw each epoch) for training, in order for validation; batches
+    padded to their longest sentence."""
 
     preprocessor: ElmoPreprocessor
 
@@ -109,15 +137,13 @@ class ElmoDataModule(L.LightningDataModule):
     def model_kwargs(self) -> dict:
         return {"vocab_size": len(self.preprocessor.words), "max_word_chars": self.preprocessor.max_word_chars}
 
-    def _loader(self, split: str, batch_size: int, shuffle: bool) -> DataLoader:
-        # seeded by the epoch too, so that a resumed run draws the order an uninterrupted one would
-        epoch = self.trainer.current_epoch if self.trainer else 0
-        generator = torch.Generator().manual_seed(self.seed * 100_003 + epoch) if shuffle else None
-        return DataLoader(self.sentences[split], batch_size, shuffle=shuffle, generator=generator,
-                          collate_fn=self.preprocessor.batch, num_workers=self.num_workers)
-
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", self.batch_size, shuffle=True)
+        sentences = self.sentences["train"]
+        batches = SimilarLengthBatches([len(s) for s in sentences], self.batch_size, self.seed,
+                                       epoch=lambda: self.trainer.current_epoch if self.trainer else 0)
+        return DataLoader(sentences, batch_sampler=batches, collate_fn=self.preprocessor.batch,
+                          num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader("validation", self.eval_batch_size, shuffle=False)
+        return DataLoader(self.sentences["validation"], self.eval_batch_size, collate_fn=self.preprocessor.batch,
+                          num_workers=self.num_workers)

@@ -32,8 +32,12 @@ def contextual_neighbours(task: ElmoPretrainingTask, sentences: list[list[str]],
     """(neighbour rows, summary metrics) for the probe words' occurrences in `sentences`."""
     layers = task.features(sentences)
     where = [(s, i) for s, sentence in enumerate(sentences) for i in range(len(sentence))]
-    by_layer = {name: F.normalize(torch.cat([layer[index] for layer in layers]), dim=-1)
-                for name, index in (("token", 0), ("top", -1))}
+    # Centred before the cosine: every state of a small LM shares one large common direction, which
+    # would make every pair look alike (cosine ~0.99) and hide what differs.
+    by_layer = {}
+    for name, index in (("token", 0), ("top", -1)):
+        states = torch.cat([layer[index] for layer in layers])
+        by_layer[name] = F.normalize(states - states.mean(0), dim=-1)
     rows, same_word, within = [], {"token": [], "top": []}, {"token": [], "top": []}
     for probe in probes:
         occurrences = [k for k, (s, i) in enumerate(where) if sentences[s][i] == probe]
@@ -43,7 +47,7 @@ def contextual_neighbours(task: ElmoPretrainingTask, sentences: list[list[str]],
                 within[name].append(float(pair[~torch.eye(len(occurrences), dtype=torch.bool)].mean()))
         for k in occurrences[:per_probe]:
             s, i = where[k]
-            row = {"word": probe, "sentence": " ".join(sentences[s])}
+            row = {"word": probe, "sentence": in_context(sentences[s], i)}
             for name, vectors in by_layer.items():
                 similarity = vectors @ vectors[k]
                 similarity[[j for j, (t, _) in enumerate(where) if t == s]] = -2.0  # other sentences only
@@ -51,7 +55,7 @@ def contextual_neighbours(task: ElmoPretrainingTask, sentences: list[list[str]],
                 t, j = where[best]
                 same_word[name].append(sentences[t][j] == probe)
                 row[f"{name}_neighbour"] = sentences[t][j]
-                row[f"{name}_neighbour_sentence"] = " ".join(sentences[t])
+                row[f"{name}_neighbour_sentence"] = in_context(sentences[t], j)
                 row[f"{name}_cosine"] = round(float(similarity[best]), 4)
             rows.append(row)
     summary = {}
@@ -63,11 +67,17 @@ def contextual_neighbours(task: ElmoPretrainingTask, sentences: list[list[str]],
     return rows, summary
 
 
+def in_context(words: list[str], i: int, reach: int = 6) -> str:
+    """Up to `reach` words either side of words[i], which is marked [like this]."""
+    left, right = words[max(0, i - reach):i], words[i + 1:i + 1 + reach]
+    return " ".join(["..."] * (i > reach) + left + [f"[{words[i]}]"] + right + ["..."] * (i + 1 + reach < len(words)))
+
+
 def neighbours_markdown(rows: list[dict]) -> str:
-    lines = ["| word | in the sentence | top layer: nearest word (cosine), its sentence | layer 0 |", "|---|---|---|---|"]
+    lines = ["| word in its sentence | top layer: nearest word in another sentence (cosine) | layer 0 |", "|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['word']} | {r['sentence'][:90]} | **{r['top_neighbour']}** ({r['top_cosine']:.2f}): "
-                     f"{r['top_neighbour_sentence'][:90]} | {r['token_neighbour']} ({r['token_cosine']:.2f}) |")
+        lines.append(f"| {r['sentence']} | {r['top_neighbour_sentence']} ({r['top_cosine']:.2f}) | "
+                     f"{r['token_neighbour']} ({r['token_cosine']:.2f}) |")
     return "\n".join(lines) + "\n"
 
 
