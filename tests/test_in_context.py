@@ -94,3 +94,11 @@ def test_few_shot_prompts_hold_k_demonstrations_never_the_query_and_move_no_weig
     scores = few_shot_accuracy(ProjectLM(task.eval()), train, train[:6], [0, 2], verbalisers)
     assert set(scores) == {0, 2} and all(0 <= v <= 1 for v in scores.values())
     assert all(torch.equal(before[name], p) for name, p in task.state_dict().items())
+
+
+def test_a_hub_language_model_offline_is_one_clear_error(offline_hub):
+    from transformer_lab.errors import TransformerLabError
+    from transformer_lab.few_shot import HuggingFaceLM
+
+    with pytest.raises(TransformerLabError, match="model=gpt2: cannot load it .*offline\\? pass a local folder"):
+        HuggingFaceLM.load("gpt2")
