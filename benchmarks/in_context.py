@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.nn.functional as F
     from tqdm import tqdm
 
-    from transformer_lab.in_context import MappingTask, accuracy_by_shots
+    from transformer_lab.in_context import IGNORE_INDEX, MappingTask, accuracy_by_shots
     from transformer_lab.models.gpt import GPTConfig, GPTLMHeadModel
 
     torch.set_num_threads(args.threads)
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = task.sample(args.batch_size, max_shots, generator)
         logits = model(batch["input_ids"]).logits
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1),
-                               ignore_index=-100)
+                               ignore_index=IGNORE_INDEX)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -165,7 +165,7 @@ def test_tabular_baselines_are_pipelines_and_mlflow_models(tmp_path):
 
     from test_tabular import write_table
     from transformer_lab import baselines
-    from transformer_lab.data.tabular import EncodedRows, TabularEncoder, prepare, read_schema, read_table
+    from transformer_lab.data.tabular import TabularEncoder, TabularPreprocessor, prepare, read_schema
     from transformer_lab.utils.config import compose_config
 
     csv, schema = write_table(tmp_path, rows=120)
@@ -173,8 +173,7 @@ def test_tabular_baselines_are_pipelines_and_mlflow_models(tmp_path):
     prepare("local", str(prepared), str(schema), local_path=str(csv), seed=0)
     rows = pd.read_csv(csv).drop(columns="label").head(8).to_dict(orient="records")
     encoder = TabularEncoder.from_dict(json.loads((prepared / "encoder.json").read_text()))
-    codes, continuous = encoder.features(read_table("rows", read_schema(prepared), pd.DataFrame(rows), labelled=False))
-    encoded = EncodedRows(codes, continuous, np.zeros(len(rows), dtype=np.int64))
+    encoded = TabularPreprocessor(read_schema(prepared), encoder).encode(rows)
     for baseline in ("xgboost", "logistic_regression"):
         folder = tmp_path / baseline
         baselines.train_baseline(compose_config("train_baseline", [f"baseline={baseline}",

@@ -101,9 +101,7 @@ class FittedBaseline:
 
     def predict(self, rows, batch_size: int | None = None) -> torch.Tensor:
         """Class probabilities (rows, n_classes); batch_size is the task's argument, unused here."""
-        batch = self.preprocessor.batch(rows)  # one error naming a row without a feature column
-        categorical, continuous = batch["categorical"].numpy(), batch["continuous"].numpy()
-        encoded = EncodedRows(categorical, continuous, np.zeros(len(categorical), dtype=np.int64))
+        encoded = self.preprocessor.encode(rows)  # one error naming a row without a feature column
         return torch.from_numpy(predict(self.estimator, self.preprocessor.encoder, encoded)).float()
 
 

@@ -6,8 +6,8 @@
     classify(["dull", "moving"], top_k=None)   # every label of each text, best first
 
 `model=` takes a checkpoint file, a stage's output folder (its checkpoints/best.ckpt, else
-last.ckpt; a tabular baseline's folder: its fitted XGBoost or logistic regression), an MLflow run (a run id, `runs:/RUN_ID`) or registered model (`models:/NAME@ALIAS`,
-`models:/NAME/VERSION`), or a published encoder (`minilm`, a Hugging Face BERT folder, hf:NAME:
+last.ckpt; a tabular baseline's folder: its fitted XGBoost or logistic regression), an MLflow
+run (a run id, `runs:/RUN_ID`) or registered model (`models:/NAME@ALIAS`, `models:/NAME/VERSION`), or a published encoder (`minilm`, a Hugging Face BERT folder, hf:NAME:
 feature-extraction only). The checkpoint names the family that wrote it, so `task` may be left
 out; a task the model cannot do is one error naming the tasks it can.
 
@@ -22,12 +22,12 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from functools import partial
-from importlib import import_module
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from hydra.utils import get_object
 
 from transformer_lab.checkpoints import (BASELINE_FILES, FAMILY_KEY, PREPROCESSOR_FILE, is_baseline_folder, load_task,
                                          read_checkpoint)
@@ -124,11 +124,6 @@ def model_path(model: str, tracking_uri: str | None = None) -> Path:
     return path
 
 
-def imported(dotted: str):
-    module, _, name = dotted.rpartition(".")
-    return getattr(import_module(module), name)
-
-
 def load_model(model: str | LoadedModel, tracking_uri: str | None = None) -> LoadedModel:
     """The trained model `model` names (see the module docstring), on the CPU in eval mode."""
     from transformer_lab import published
@@ -141,12 +136,12 @@ def load_model(model: str | LoadedModel, tracking_uri: str | None = None) -> Loa
         return LoadedModel("published", PublishedEncoder(published.resolve(model)), model)
     path = model_path(model, tracking_uri)
     if path.is_dir():  # a baseline's folder
-        return LoadedModel(BASELINE, imported(BASELINE_LOADER).load(path), model)
+        return LoadedModel(BASELINE, get_object(BASELINE_LOADER).load(path), model)
     family = read_checkpoint(path).get(FAMILY_KEY)
     if family not in FAMILIES:
         raise TransformerLabError(f"{path}: the checkpoint does not name its family (written before "
                                   f"checkpoints did); retrain it, e.g. `dvc repro`")
-    task_class = imported(FAMILIES[family].task)
+    task_class = get_object(FAMILIES[family].task)
     stage = (FAMILIES[family].stages or (f"task={family}",))[-1]
     return LoadedModel(family, load_task(path, task_class, stage), model)
 

@@ -320,12 +320,17 @@ class TabularPreprocessor:
     def labels(self) -> list[str]:
         return self.encoder.classes
 
-    def batch(self, rows: pd.DataFrame | list[dict]) -> dict[str, torch.Tensor]:
-        """Model inputs (categorical, continuous) of raw rows; a row lacking a feature column, or a
-        continuous cell that is not a number, is one error naming the row."""
+    def encode(self, rows: pd.DataFrame | list[dict]) -> EncodedRows:
+        """Raw rows parsed and encoded (labels 0: rows to predict); a row lacking a feature column,
+        or a continuous cell that is not a number, is one error naming the row."""
         frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
         categorical, continuous = self.encoder.features(read_table("rows", self.schema, frame, labelled=False))
-        return {"categorical": torch.from_numpy(categorical), "continuous": torch.from_numpy(continuous)}
+        return EncodedRows(categorical, continuous, np.zeros(len(frame), dtype=np.int64))
+
+    def batch(self, rows: pd.DataFrame | list[dict]) -> dict[str, torch.Tensor]:
+        """Model inputs (categorical, continuous) of raw rows (see encode)."""
+        encoded = self.encode(rows)
+        return {"categorical": torch.from_numpy(encoded.categorical), "continuous": torch.from_numpy(encoded.continuous)}
 
 
 def read_schema(prepared_dir: str | Path) -> TableSchema:

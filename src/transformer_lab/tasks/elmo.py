@@ -1,4 +1,4 @@
-"""ELMo's bidirectional language model as a Lightning task: the sum of the forward (next word) and
+"""ELMo's bidirectional language model as a Lightning task: the mean of the forward (next word) and
 backward (previous word) losses, Adam with warm-up and linear decay, gradient clipping by the
 trainer; and the frozen representation other tasks read (`features`)."""
 
