@@ -11,6 +11,10 @@ it is context-free; layers 1..L are [forward; backward] states, contextual. The 
 representation of a word is γ · Σ_j s_j · h_j over the L + 1 layers (ScalarMix: s softmax-
 normalised, s and γ learnt by the task that uses the frozen features).
 
+Two options make the same model the baselines it is measured against: `bidirectional=False` keeps
+the forward LM alone (a left-to-right language model, scored like GPT), and `token_encoder="words"`
+puts a word embedding in place of the character encoder (the plain LSTM language model).
+
 Words are given as character ids (`characters`, one row of max_word_chars per word: begin-of-word,
 UTF-8 bytes, end-of-word, padding 0) and, for the loss, as word ids of the output vocabulary.
 Sequences are right-padded; `lengths` keeps padding out of the backward direction.
@@ -19,6 +23,7 @@ Sequences are right-padded; `lengths` keeps padding out of the backward directio
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -57,6 +62,8 @@ class ElmoConfig:
     dropout: float = 0.1
     softmax: str = "full"                # full | adaptive (Grave et al.: frequent words cheap, for large vocabularies)
     adaptive_cutoffs: list[int] = field(default_factory=lambda: [2000, 10000])
+    bidirectional: bool = True           # False: the forward LM alone
+    token_encoder: str = "characters"    # characters | words (a word embedding: the plain LSTM LM, ids in)
 
     def __post_init__(self):
         if self.size not in SIZES:
@@ -66,6 +73,8 @@ class ElmoConfig:
         self.n_highway = n_highway if self.n_highway is None else self.n_highway
         self.projection_dim = self.projection_dim or projection
         self.hidden_dim = self.hidden_dim or hidden
+        if self.token_encoder not in ("characters", "words"):
+            raise ValueError(f"model.token_encoder={self.token_encoder!r}: characters or words")
         if self.softmax not in ("full", "adaptive"):
             raise ValueError(f"model.softmax={self.softmax!r}: full or adaptive")
         if max(width for width, _ in self.filters) > self.max_word_chars:
@@ -92,13 +101,14 @@ class CharacterEncoder(nn.Module):
     """A word's characters -> one vector: embeddings, a convolution per width max-pooled over the
     word, highway layers, a linear projection. No word vocabulary: every word has a vector."""
 
-    def __init__(self, config: ElmoConfig):
+    def __init__(self, filters: list[tuple[int, int]], n_highway: int, projection_dim: int, char_dim: int = 16):
+        """filters: (width, count) of each convolution; the vector is projection_dim wide."""
         super().__init__()
-        self.char_embeddings = nn.Embedding(N_CHARS, config.char_dim, padding_idx=CHAR_PAD)
-        self.convolutions = nn.ModuleList(nn.Conv1d(config.char_dim, count, width) for width, count in config.filters)
-        width = sum(count for _, count in config.filters)
-        self.highways = nn.ModuleList(Highway(width) for _ in range(config.n_highway))
-        self.projection = nn.Linear(width, config.projection_dim)
+        self.char_embeddings = nn.Embedding(N_CHARS, char_dim, padding_idx=CHAR_PAD)
+        self.convolutions = nn.ModuleList(nn.Conv1d(char_dim, count, width) for width, count in filters)
+        width = sum(count for _, count in filters)
+        self.highways = nn.ModuleList(Highway(width) for _ in range(n_highway))
+        self.projection = nn.Linear(width, projection_dim)
 
     def forward(self, characters: torch.Tensor) -> torch.Tensor:
         """characters (..., max_word_chars) -> (..., projection_dim)."""
@@ -142,26 +152,33 @@ class ElmoBiLM(nn.Module):
     """The bidirectional language model. forward() returns a ModelOutput whose `logits` are the
     stacked layers (L + 1, batch, time, 2 * projection_dim), the representation ScalarMix mixes;
     `hidden_states` the top layer; given word_ids, `loss`, the mean of `forward_loss` (next word)
-    and `backward_loss` (previous word)."""
+    and `backward_loss` (previous word). With bidirectional=False the layers are the forward
+    states alone (projection_dim wide) and `loss` is `forward_loss`."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.config = config
-        self.token_encoder = CharacterEncoder(config)
-        self.forward_lm, self.backward_lm = LSTMStack(config), LSTMStack(config)
+        self.token_encoder = (CharacterEncoder(config.filters, config.n_highway, config.projection_dim, config.char_dim)
+                              if config.token_encoder == "characters"
+                              else nn.Embedding(config.vocab_size, config.projection_dim))
+        self.forward_lm = LSTMStack(config)
+        self.backward_lm = LSTMStack(config) if config.bidirectional else None
         self.dropout = nn.Dropout(config.dropout)
-        if config.softmax == "adaptive":
-            cutoffs = [c for c in config.adaptive_cutoffs if c < config.vocab_size]
+        cutoffs = [c for c in config.adaptive_cutoffs if c < config.vocab_size]
+        if config.softmax == "adaptive" and cutoffs:  # a vocabulary under the first cutoff: one cluster, full softmax
             self.softmax = nn.AdaptiveLogSoftmaxWithLoss(config.projection_dim, config.vocab_size, cutoffs, div_value=4.0)
         else:
             self.softmax = nn.Linear(config.projection_dim, config.vocab_size)
 
     def layers(self, characters: torch.Tensor, lengths: torch.Tensor | None = None) -> tuple[list, list, torch.Tensor]:
-        """(forward states per layer, backward states per layer in reading order, layer 0)."""
-        lengths = lengths if lengths is not None else torch.full(characters.shape[:1], characters.shape[1],
-                                                                   device=characters.device)
+        """(forward states per layer, backward states per layer in reading order (none if not
+        bidirectional), layer 0). characters: word ids (batch, time) with token_encoder=words."""
         tokens = self.token_encoder(characters)
         forward_states = self.forward_lm(tokens)
+        if self.backward_lm is None:
+            return forward_states, [], tokens
+        lengths = lengths if lengths is not None else torch.full(characters.shape[:1], characters.shape[1],
+                                                                   device=characters.device)
         backward_states = [reverse_padded(h, lengths) for h in self.backward_lm(reverse_padded(tokens, lengths))]
         return forward_states, backward_states, tokens
 
@@ -170,10 +187,15 @@ class ElmoBiLM(nn.Module):
         """characters (batch, time, max_word_chars); lengths (batch,) words per sequence (None: all
         `time`); word_ids (batch, time) output-vocabulary ids, IGNORE_INDEX where not scored."""
         forward_states, backward_states, tokens = self.layers(characters, lengths)
-        stacked = torch.stack([torch.cat([tokens, tokens], -1)] +
-                              [torch.cat(pair, -1) for pair in zip(forward_states, backward_states)])
+        if self.backward_lm is None:
+            stacked = torch.stack([tokens, *forward_states])
+        else:
+            stacked = torch.stack([torch.cat([tokens, tokens], -1)] +
+                                  [torch.cat(pair, -1) for pair in zip(forward_states, backward_states)])
         loss = forward_loss = backward_loss = None
-        if word_ids is not None:
+        if word_ids is not None and self.backward_lm is None:
+            loss = forward_loss = self.word_loss(forward_states[-1][:, :-1], word_ids[:, 1:])
+        elif word_ids is not None:
             # position t's forward state predicts word t + 1, its backward state word t - 1; the
             # backward state of a padding position read nothing of its sequence: not scored
             previous = word_ids[:, :-1]
@@ -192,15 +214,25 @@ class ElmoBiLM(nn.Module):
         states = self.dropout(states).reshape(-1, states.shape[-1])[scored]
         targets = targets.reshape(-1)[scored]
         if isinstance(self.softmax, nn.AdaptiveLogSoftmaxWithLoss):
-            nll = -self.softmax(states, targets).output
+            with full_precision(states) as states:
+                nll = -self.softmax(states, targets).output
             return nll.mean() if reduction == "mean" else nll.sum()
         return F.cross_entropy(self.softmax(states), targets, reduction=reduction)
 
     def word_log_probabilities(self, states: torch.Tensor) -> torch.Tensor:
         """log p(word | state) over the vocabulary, (..., vocab_size)."""
         if isinstance(self.softmax, nn.AdaptiveLogSoftmaxWithLoss):
-            return self.softmax.log_prob(states.reshape(-1, states.shape[-1])).reshape(*states.shape[:-1], -1)
+            with full_precision(states) as states:
+                return self.softmax.log_prob(states.reshape(-1, states.shape[-1])).reshape(*states.shape[:-1], -1)
         return self.softmax(states).log_softmax(-1)
+
+
+@contextmanager
+def full_precision(states: torch.Tensor):
+    """The adaptive softmax copies its clusters' log-probabilities into one float tensor, which
+    fails on the bfloat16 ones autocast gives it: it runs outside autocast, on float states."""
+    with torch.autocast(states.device.type, enabled=False):
+        yield states.float() if states.dtype in (torch.bfloat16, torch.float16) else states
 
 
 class ScalarMix(nn.Module):
