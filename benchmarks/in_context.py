@@ -65,16 +65,14 @@ def plot(result: dict, model, task, path: Path) -> Path:
 
 
 def sst2(args) -> dict:
-    from transformer_lab.few_shot import HuggingFaceLM, ProjectLM, few_shot_accuracy, read_sst2
+    from transformer_lab.few_shot import few_shot_accuracy, load_language_model, majority_accuracy, read_sst2
 
-    is_hf_folder = (Path(args.model) / "config.json").is_file()
-    lm = HuggingFaceLM.load(args.model) if is_hf_folder else ProjectLM.load(args.model)
+    lm = load_language_model(args.model)
     train, dev = read_sst2(args.sst2 / "train.tsv"), read_sst2(args.sst2 / "dev.tsv")[: args.sst2_examples]
     start = time.perf_counter()
     scores = few_shot_accuracy(lm, train, dev, [0, 1, 4, 16], {"0": " negative", "1": " positive"}, seed=args.seed)
-    majority = max(sum(e["label"] == "1" for e in dev), sum(e["label"] == "0" for e in dev)) / len(dev)
     return {"sst2_accuracy_by_shots": {str(k): round(v, 4) for k, v in scores.items()},
-            "sst2_examples": len(dev), "sst2_majority": round(majority, 4), "sst2_model": args.model,
+            "sst2_examples": len(dev), "sst2_majority": round(majority_accuracy(dev), 4), "sst2_model": args.model,
             "sst2_context": lm.max_len, "sst2_seconds": round(time.perf_counter() - start, 1)}
 
 

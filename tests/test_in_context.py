@@ -102,3 +102,44 @@ def test_a_hub_language_model_offline_is_one_clear_error(offline_hub):
 
     with pytest.raises(TransformerLabError, match="model=gpt2: cannot load it .*offline\\? pass a local folder"):
         HuggingFaceLM.load("gpt2")
+
+
+def write_sst2(folder, rows: dict[str, list[tuple[str, str]]]):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, examples in rows.items():
+        (folder / name).write_text("sentence\tlabel\n" + "".join(f"{t}\t{label}\n" for t, label in examples))
+    return folder
+
+
+def test_the_few_shot_command_writes_accuracy_per_k_and_an_mlflow_run(tokenizer_path, tmp_path):
+    import json
+    import os
+
+    from mlflow import MlflowClient
+
+    from conftest import PYTHON, ROOT, run
+    from test_inference import _cases
+    from test_pipelines import save_checkpoint
+
+    task, _ = _cases(tokenizer_path)["gpt_pretraining"]
+    checkpoint = tmp_path / "gpt.ckpt"
+    save_checkpoint(task, checkpoint)
+    examples = [(f"show me flights {i}", str(i % 2)) for i in range(12)]
+    data = write_sst2(tmp_path / "sst2", {"train.tsv": examples, "dev.tsv": examples[:5]})
+    command = [PYTHON, ROOT / "pipelines/few_shot.py", f"model={checkpoint}", "task=sst2",
+               f"few_shot_task.data_dir={data}", "shots=0,1,3", "examples=4", f"out={tmp_path / 'few.json'}",
+               f"hydra.run.dir={tmp_path / 'run'}"]
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-2000:]
+    written = json.loads((tmp_path / "few.json").read_text())
+    assert list(written["accuracy_by_shots"]) == ["0", "1", "3"] and written["examples"] == 4
+    assert written["majority"] == 0.5 and "3-shot accuracy" in result.stdout
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    [logged] = client.search_runs([client.get_experiment_by_name("few_shot").experiment_id])
+    assert logged.data.params["task"] == "sst2" and logged.info.status == "FINISHED"
+    assert logged.data.metrics["accuracy_3_shot"] == written["accuracy_by_shots"]["3"]
+
+    (data / "dev.tsv").write_text("sentence\tlabel\na fine film\tmaybe\n")  # a label SST-2 does not have
+    bad = run(command)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        f"error: {data / 'dev.tsv'}:2: expected 'sentence<TAB>0|1'"]

@@ -2,8 +2,10 @@
 training split, then the query; the answer is the label whose verbaliser the model finds most
 likely after the prompt. No gradient step: the weights are the same before and after.
 
-    lm = ProjectLM.load("artifacts/gpt/pretrain")            # or HuggingFaceLM.load(GPT-2 folder)
+    lm = load_language_model("artifacts/gpt/pretrain")  # a GPT of this project, a GPT-2 folder, hf:gpt2
     few_shot_accuracy(lm, train, dev, shots=[0, 1, 4], verbalisers={"0": " negative", "1": " positive"})
+
+From the command line: `python pipelines/few_shot.py model=MODEL task=sst2 shots=0,1,4,16`.
 
 A prompt longer than the model's context keeps its end (the query and the latest demonstrations).
 """
@@ -11,6 +13,7 @@ A prompt longer than the model's context keeps its end (the query and the latest
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +24,12 @@ from transformer_lab.errors import TransformerLabError
 TEMPLATE = "Review: {text}\nSentiment:{verbaliser}\n\n"  # the verbaliser brings its own leading space
 
 
-def build_prompt(demonstrations: list[dict], query: str, verbalisers: dict[str, str]) -> str:
-    """The demonstrations ({"text", "label"}) with their verbalisers, then the query's open line."""
-    shown = "".join(TEMPLATE.format(text=d["text"], verbaliser=verbalisers[d["label"]]) for d in demonstrations)
-    return shown + TEMPLATE.format(text=query, verbaliser="").rstrip("\n")
+def build_prompt(demonstrations: list[dict], query: str, verbalisers: dict[str, str],
+                 template: str = TEMPLATE) -> str:
+    """The demonstrations ({"text", "label"}) with their verbalisers, then the query's open line
+    (the template filled with an empty verbaliser, its trailing line breaks cut)."""
+    shown = "".join(template.format(text=d["text"], verbaliser=verbalisers[d["label"]]) for d in demonstrations)
+    return shown + template.format(text=query, verbaliser="").rstrip("\n")
 
 
 def pick_demonstrations(train: list[dict], k: int, query: str, rng: random.Random) -> list[dict]:
@@ -88,6 +93,16 @@ class HuggingFaceLM:
         return self.model(input_ids).logits
 
 
+def load_language_model(source: str) -> ProjectLM | HuggingFaceLM:
+    """`hf:NAME` (the hub), a `transformers` model folder (config.json inside), else anything
+    this project's models load from: a GPT checkpoint, its stage folder, an MLflow run or model."""
+    if source.startswith("hf:"):
+        return HuggingFaceLM.load(source[3:])
+    if (Path(source) / "config.json").is_file():
+        return HuggingFaceLM.load(source)
+    return ProjectLM.load(source)
+
+
 @torch.no_grad()
 def label_log_likelihoods(lm, prompt: str, verbalisers: dict[str, str]) -> dict[str, float]:
     """log p(verbaliser | prompt) for every label, the prompt cut from the left to fit the context."""
@@ -103,18 +118,28 @@ def label_log_likelihoods(lm, prompt: str, verbalisers: dict[str, str]) -> dict[
 
 
 def few_shot_accuracy(lm, train: list[dict], evaluation: list[dict], shots: list[int],
-                      verbalisers: dict[str, str], seed: int = 0) -> dict[int, float]:
+                      verbalisers: dict[str, str], seed: int = 0, template: str = TEMPLATE,
+                      progress: bool = False) -> dict[int, float]:
     """Accuracy on `evaluation` ({"text", "label"}) for each K; demonstrations drawn per query,
-    seeded."""
+    seeded; a progress bar per K if asked."""
+    from tqdm import tqdm
+
     results = {}
     for k in shots:
         rng, correct = random.Random(seed), 0
-        for example in evaluation:
-            prompt = build_prompt(pick_demonstrations(train, k, example["text"], rng), example["text"], verbalisers)
+        for example in tqdm(evaluation, desc=f"{k}-shot", unit="query", disable=not progress, leave=False):
+            shown = pick_demonstrations(train, k, example["text"], rng)
+            prompt = build_prompt(shown, example["text"], verbalisers, template)
             scores = label_log_likelihoods(lm, prompt, verbalisers)
             correct += max(scores, key=scores.get) == example["label"]
         results[k] = correct / len(evaluation)
     return results
+
+
+def majority_accuracy(evaluation: list[dict]) -> float:
+    """What always answering the most frequent label scores: the floor a prompt must beat."""
+    counts = Counter(e["label"] for e in evaluation)
+    return max(counts.values()) / len(evaluation)
 
 
 def read_sst2(path: str | Path) -> list[dict]:
