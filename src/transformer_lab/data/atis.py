@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from transformer_lab.errors import DataError
 from transformer_lab.data.hub import load_hub_dataset
+from transformer_lab.data.elmo import BOS, word_characters
 from transformer_lab.data.preprocessing import Preprocessor
 from transformer_lab.utils.io import atomic_directory, decode_utf8
 
@@ -187,12 +188,17 @@ def read_prepared_split(prepared_dir: str | Path, split: str) -> list[dict]:
 class AtisPreprocessor(Preprocessor):
     """Maps words and labels to ids and back; anything unseen in train becomes UNK.
 
-    State: vocab (id -> word, [PAD] [UNK] [CLS] first), intent_labels, slot_labels, lowercase."""
+    Each token is also spelt out (`characters`, for model.char_features): [CLS] as the begin-of-
+    sentence marker, every word by its characters, a word the vocabulary lacks included.
+
+    State: vocab (id -> word, [PAD] [UNK] [CLS] first), intent_labels, slot_labels, lowercase,
+    max_word_chars."""
 
     vocab: list[str]
     intent_labels: list[str]
     slot_labels: list[str]
     lowercase: bool = True
+    max_word_chars: int = 20
 
     def __post_init__(self):
         self.word_id = {w: i for i, w in enumerate(self.vocab)}
@@ -220,17 +226,23 @@ class AtisPreprocessor(Preprocessor):
         words = [w.lower() for w in words] if self.lowercase else words
         return [self.cls_id] + [self.word_id.get(w, self.unk_id) for w in words]
 
+    def encode_characters(self, words: list[str]) -> list[list[int]]:
+        words = [w.lower() for w in words] if self.lowercase else words
+        return [word_characters(w, self.max_word_chars) for w in [BOS, *words]]
+
     def encode(self, example: dict) -> dict:
         unk_slot = self.slot_id[UNK_LABEL]
         return {
             "input_ids": self.encode_words(example["words"]),
+            "characters": self.encode_characters(example["words"]),
             "slot_labels": [self.slot_id.get(t, unk_slot) for t in example["slots"]],
             "intent_label": self.intent_id.get(example["intent"], self.intent_id[UNK_LABEL]),
         }
 
     def batch(self, utterances: list[list[str]]) -> dict[str, torch.Tensor]:
         """Model inputs (input_ids, attention_mask) of raw utterances (lists of words)."""
-        items = [{"input_ids": self.encode_words(words), "slot_labels": [0] * len(words), "intent_label": 0}
+        items = [{"input_ids": self.encode_words(words), "characters": self.encode_characters(words),
+                  "slot_labels": [0] * len(words), "intent_label": 0}
                  for words in utterances]  # placeholder labels: collate pads them, the model never reads them
         return collate(items, self.pad_id)
 
@@ -248,12 +260,18 @@ def collate(batch: list[dict], pad_id: int = 0) -> dict[str, torch.Tensor]:
         n = len(item["input_ids"])
         input_ids[row, :n] = torch.tensor(item["input_ids"])
         slot_labels[row, : n - 1] = torch.tensor(item["slot_labels"])
-    return {
+    out = {
         "input_ids": input_ids,
         "attention_mask": input_ids != pad_id,
         "slot_labels": slot_labels,
         "intent_labels": torch.tensor([item["intent_label"] for item in batch]),
     }
+    if "characters" in batch[0]:  # padding positions spell nothing (all CHAR_PAD = 0)
+        width = len(batch[0]["characters"][0])
+        out["characters"] = torch.zeros((len(batch), length, width), dtype=torch.long)
+        for row, item in enumerate(batch):
+            out["characters"][row, : len(item["characters"])] = torch.tensor(item["characters"])
+    return out
 
 
 class AtisDataModule(L.LightningDataModule):

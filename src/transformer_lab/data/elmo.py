@@ -35,6 +35,17 @@ def words_of(sentence: str) -> list[str]:
     return _WORD.findall(sentence)
 
 
+def word_characters(word: str, max_word_chars: int) -> list[int]:
+    """A word as the character encoder reads it: begin-of-word, the UTF-8 bytes (cut to fit),
+    end-of-word, padding; <S> and </S> as their own markers."""
+    if word in (BOS, EOS):
+        inner = [BEGIN_OF_SENTENCE if word == BOS else END_OF_SENTENCE]
+    else:
+        inner = [b + N_MARKERS for b in word.encode("utf-8")[: max_word_chars - 2]]
+    ids = [BEGIN_OF_WORD, *inner, END_OF_WORD]
+    return ids + [CHAR_PAD] * (max_word_chars - len(ids))
+
+
 @dataclass(eq=False)
 class ElmoPreprocessor(Preprocessor):
     """Sentences -> character ids, output-word ids and lengths. State: words (the output
@@ -49,13 +60,7 @@ class ElmoPreprocessor(Preprocessor):
         self.unk_id = self.index[UNK]
 
     def characters(self, word: str) -> list[int]:
-        """begin-of-word, the UTF-8 bytes (cut to fit), end-of-word, padding."""
-        if word in (BOS, EOS):
-            inner = [BEGIN_OF_SENTENCE if word == BOS else END_OF_SENTENCE]
-        else:
-            inner = [b + N_MARKERS for b in word.encode("utf-8")[: self.max_word_chars - 2]]
-        ids = [BEGIN_OF_WORD, *inner, END_OF_WORD]
-        return ids + [CHAR_PAD] * (self.max_word_chars - len(ids))
+        return word_characters(word, self.max_word_chars)
 
     def sequence(self, words: list[str]) -> list[str]:
         """<S> words </S>, cut to max_len (the end marker kept)."""

@@ -1,4 +1,8 @@
-"""Joint intent detection + slot filling: the encoder model, its loss, metrics and optimiser."""
+"""Joint intent detection + slot filling: the encoder model, its loss, metrics and optimiser.
+
+The slot loss is the per-word cross-entropy, or, with a CRF output layer (model.crf=true), the
+negative log-likelihood of the gold tag sequence over the words (label smoothing does not apply
+there); predictions are then the Viterbi sequence, not each word's best tag."""
 
 from __future__ import annotations
 
@@ -9,13 +13,14 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from transformer_lab.checkpoints import NamesItsFamily
+from transformer_lab.checkpoints import NamesItsFamily, read_checkpoint
 from transformer_lab.data.atis import IGNORE_INDEX, AtisPreprocessor
 from transformer_lab.metrics import SlotF1
 from transformer_lab.models.encoder import JointIntentSlotConfig, JointIntentSlotModel
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
+from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
 
 
@@ -34,10 +39,12 @@ class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
         slot_loss_coef: float = 1.0,
         label_smoothing: float = 0.0,
         embeddings: dict | None = None,
+        elmo: str | None = None,
     ):
         """preprocessor: the datamodule's `preprocessor.to_state()` (vocabulary, label lists); it travels
         in the checkpoint so that predict needs nothing else. embeddings: {init: random | word2vec,
-        vectors: FILE} (tasks/embeddings.py)."""
+        vectors: FILE} (tasks/embeddings.py). elmo: a `pretrain_elmo` checkpoint whose frozen biLM
+        layers join the token embeddings (its config and weights are then part of this model's)."""
         super().__init__()
         # Not sent to the logger: the resolved Hydra config is logged instead.
         self.save_hyperparameters(logger=False)
@@ -47,7 +54,18 @@ class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
         self.metrics = nn.ModuleDict({stage: self._stage_metrics() for stage in ("val", "test")})
 
     def build_model(self, model_config: dict) -> nn.Module:
-        return JointIntentSlotModel(JointIntentSlotConfig(**model_config))
+        # A new model with ELMo features takes the biLM's config and weights from its checkpoint;
+        # one restored from its own checkpoint has the config already, and the weights follow.
+        new_elmo = bool(self.hparams.get("elmo")) and not model_config.get("elmo")
+        if new_elmo:
+            bilm = read_checkpoint(self.hparams.elmo, "run `dvc repro pretrain_elmo` or set task.elmo=null")
+            model_config = {**model_config, "elmo": bilm["hyper_parameters"]["model_config"]}
+            self.hparams.model_config = model_config  # saved in this model's checkpoints
+        model = JointIntentSlotModel(JointIntentSlotConfig(**model_config))
+        if new_elmo:
+            load_pretrained(model.encoder.elmo, self.hparams.elmo, prefix="model.", stage="pretrain_elmo",
+                            hub_example="task.elmo=null", is_published=lambda source: False, from_published=None)
+        return model
 
     def _stage_metrics(self) -> nn.ModuleDict:
         n_intents, n_slots = len(self.preprocessor.intent_labels), len(self.preprocessor.slot_labels)
@@ -59,17 +77,39 @@ class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
             "sentence_acc": MeanMetric(),
         })
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> ModelOutput:
-        """logits: intent logits; slot_logits: one row per word, aligned with batch["slot_labels"]."""
-        return self.model(input_ids, attention_mask)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                characters: torch.Tensor | None = None) -> ModelOutput:
+        """logits: intent logits; slot_logits: one row per word, aligned with batch["slot_labels"].
+        characters: each token's spelling, read with model.char_features or task.elmo."""
+        return self.model(input_ids, attention_mask, characters=characters)
+
+    def model_inputs(self, batch: dict) -> dict:
+        """What forward reads from a batch: the spelling only for a model that reads it."""
+        inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        config = getattr(self.model, "config", None)
+        if getattr(config, "char_features", False) or getattr(config, "elmo", None):
+            inputs["characters"] = batch["characters"]
+        return inputs
+
+    @property
+    def crf(self):
+        return getattr(self.model, "crf", None)
+
+    def slot_predictions(self, slot_logits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Each word's tag: the CRF's best sequence, else each word's highest score."""
+        return self.crf.decode(slot_logits, real) if self.crf is not None else slot_logits.argmax(-1)
 
     def _losses(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        out = self(batch["input_ids"], batch["attention_mask"])
+        out = self(**self.model_inputs(batch))
         intent_logits, slot_logits = out.logits, out.slot_logits
         smoothing = self.hparams.label_smoothing
         intent_loss = F.cross_entropy(intent_logits, batch["intent_labels"], label_smoothing=smoothing)
-        slot_loss = F.cross_entropy(slot_logits.flatten(0, 1), batch["slot_labels"].flatten(),
-                                    ignore_index=IGNORE_INDEX, label_smoothing=smoothing)
+        if self.crf is not None:  # per word, as the cross-entropy is, so slot_loss_coef keeps its meaning
+            real = batch["slot_labels"] != IGNORE_INDEX
+            slot_loss = -self.crf.log_likelihood(slot_logits, batch["slot_labels"], real).sum() / real.sum()
+        else:
+            slot_loss = F.cross_entropy(slot_logits.flatten(0, 1), batch["slot_labels"].flatten(),
+                                        ignore_index=IGNORE_INDEX, label_smoothing=smoothing)
         return intent_loss, slot_loss, intent_logits, slot_logits
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -87,8 +127,8 @@ class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
         self.log(f"{stage}/loss", intent_loss + self.hparams.slot_loss_coef * slot_loss, batch_size=size, sync_dist=True)
 
         metrics = self.metrics[stage]
-        intent_pred, slot_pred = intent_logits.argmax(-1), slot_logits.argmax(-1)
         gold, real = batch["slot_labels"], batch["slot_labels"] != IGNORE_INDEX
+        intent_pred, slot_pred = intent_logits.argmax(-1), self.slot_predictions(slot_logits, real)
         metrics["intent_acc"].update(intent_pred, batch["intent_labels"])
         metrics["token_acc"].update(slot_pred, gold)
         metrics["non_o_token_acc"].update(slot_pred, gold.masked_fill(gold == self.o_index, IGNORE_INDEX))
@@ -122,9 +162,9 @@ class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
         results = []
         for start in range(0, len(utterances), batch_size):
             chunk = utterances[start : start + batch_size]
-            batch = self.preprocessor.batch(chunk)
-            out = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
-            for words, intent_id, slot_ids in zip(chunk, out.logits.argmax(-1).tolist(),
-                                                  out.slot_logits.argmax(-1).tolist()):
+            batch = {name: tensor.to(self.device) for name, tensor in self.preprocessor.batch(chunk).items()}
+            out = self(**self.model_inputs(batch))
+            slots = self.slot_predictions(out.slot_logits, batch["attention_mask"][:, 1:])
+            for words, intent_id, slot_ids in zip(chunk, out.logits.argmax(-1).tolist(), slots.tolist()):
                 results.append(self.preprocessor.decode(intent_id, slot_ids, len(words)))
         return results
