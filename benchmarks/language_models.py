@@ -52,16 +52,15 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
-from transformer_lab.data.elmo import ElmoPreprocessor  # noqa: E402
+from transformer_lab.data.elmo import EOS, word_characters  # noqa: E402
 from transformer_lab.data.tokenizers import END_OF_TEXT, train_tokenizer  # noqa: E402
 from transformer_lab.errors import DataError  # noqa: E402
-from transformer_lab.models.elmo import ElmoBiLM, ElmoConfig  # noqa: E402
+from transformer_lab.models.elmo import IGNORE_INDEX, ElmoBiLM, ElmoConfig  # noqa: E402
 from transformer_lab.models.gpt import GPTConfig, GPTLMHeadModel  # noqa: E402
 from transformer_lab.tasks.schedules import decay_groups  # noqa: E402
 
 SPLITS = ("train", "valid", "test")
 EOS_WORD = "<eos>"
-IGNORE_INDEX = -100  # targets not scored (F.cross_entropy's default ignore_index)
 
 
 def read_lines(path: Path) -> list[list[str]]:
@@ -99,6 +98,7 @@ class Corpus:
                                          vocab_size=bpe_vocab)
         self.eot = self.tokenizer.token_to_id(END_OF_TEXT)
         self.bpe_ids = {split: self.bpe_stream(self.lines[split]) for split in SPLITS}
+        self.tokens_per_word = len(self.bpe_ids["train"]) / self.words["train"]
 
     def bpe_stream(self, lines: list[list[str]]) -> torch.Tensor:
         """The lines in BPE tokens, each closed by the end-of-text token, the stream opened by one."""
@@ -194,28 +194,27 @@ class LanguageModel:
 
 
 def build_models(args, corpus: Corpus) -> list[LanguageModel]:
-    tokens_per_word = len(corpus.bpe_ids["train"]) / corpus.words["train"]
+    bf16 = args.precision == "bf16-mixed"
     models = []
     for offset, name in enumerate(args.models):
         torch.manual_seed(args.seed + offset)
         if name == "gpt":
-            context = 2 * round(args.context * tokens_per_word / 2)
+            context = 2 * round(args.context * corpus.tokens_per_word / 2)
             network = GPTLMHeadModel(GPTConfig(
                 vocab_size=corpus.tokenizer.get_vocab_size(), n_layers=args.gpt_layers, d_model=args.gpt_width,
                 n_heads=args.gpt_heads, max_len=context, dropout=args.dropout, eos_id=corpus.eot))
             models.append(LanguageModel(name, network, "bpe", context, args.batch_size, args.gpt_lr, 0.1,
-                                        corpus.bpe_ids["train"], args.seed, args.precision == "bf16-mixed"))
+                                        corpus.bpe_ids["train"], args.seed, bf16))
             continue
         config = ElmoConfig(vocab_size=len(corpus.vocabulary), size=args.elmo_size, bidirectional=False,
                             token_encoder="characters" if name == "elmo" else "words", dropout=args.dropout,
                             softmax="adaptive", max_word_chars=args.max_word_chars)
         network = ElmoBiLM(config)
         if name == "elmo":  # every vocabulary word's characters, looked up by word id
-            preprocessor = ElmoPreprocessor(words=["<UNK>", *corpus.vocabulary], max_word_chars=args.max_word_chars)
-            table = [preprocessor.characters("</S>" if w == EOS_WORD else w) for w in corpus.vocabulary]
+            table = [word_characters(EOS if w == EOS_WORD else w, args.max_word_chars) for w in corpus.vocabulary]
             network.register_buffer("character_table", torch.tensor(table), persistent=False)
         models.append(LanguageModel(name, network, "word", args.context, args.batch_size, args.lstm_lr, 0.0,
-                                    corpus.word_ids["train"], args.seed, args.precision == "bf16-mixed"))
+                                    corpus.word_ids["train"], args.seed, bf16))
     return models
 
 
@@ -287,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.minutes * 60
     marks = [budget * (i + 1) / args.curve_points for i in range(args.curve_points)]
     print(f"{corpus.words['train']:,} training words, vocabulary {len(corpus.vocabulary):,}, "
-          f"{len(corpus.bpe_ids['train']) / corpus.words['train']:.3f} BPE tokens a word; "
+          f"{corpus.tokens_per_word:.3f} BPE tokens a word; "
           + ", ".join(f"{m.name} {m.params / 1e6:.2f}M params, context {m.context}" for m in models), flush=True)
 
     def record(model: LanguageModel) -> None:
@@ -309,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = {"minutes": args.minutes, "words": corpus.words, "unseen_words": corpus.unseen,
               "vocabulary": len(corpus.vocabulary),
-              "gpt_tokens_per_word": round(len(corpus.bpe_ids["train"]) / corpus.words["train"], 4)}
+              "gpt_tokens_per_word": round(corpus.tokens_per_word, 4)}
     for model in models:
         start = time.perf_counter()
         for split, key in (("valid", "val"), ("test", "test")):

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from transformer_lab import tracking
 from transformer_lab.evaluation import mlflow_run_for
@@ -37,7 +37,7 @@ def evaluate(cfg: DictConfig) -> dict:
     if cfg.get("logger"):
         client, run_id = mlflow_run_for(cfg, None, run_name=f"{task.name} {Path(str(cfg.model_source)).name}")
         for key, value in {"model": cfg.model_source, "task": task.name, "shots": shots, "examples": len(evaluation),
-                           "seed": cfg.seed, "template": OmegaConf.to_container(task)["template"]}.items():
+                           "seed": cfg.seed, "template": task.template}.items():
             client.log_param(run_id, key, str(value))
         for k, accuracy in scores.items():
             client.log_metric(run_id, "accuracy", accuracy, step=k)  # MLflow charts it against K
