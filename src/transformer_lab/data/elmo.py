@@ -24,8 +24,7 @@ from torch.utils.data import DataLoader, Sampler
 from transformer_lab.data.corpus import read_documents
 from transformer_lab.data.preprocessing import Preprocessor
 from transformer_lab.errors import DataError
-from transformer_lab.models.elmo import (BEGIN_OF_SENTENCE, BEGIN_OF_WORD, CHAR_PAD, END_OF_SENTENCE, END_OF_WORD,
-                                         IGNORE_INDEX, N_MARKERS)
+from transformer_lab.models.elmo import BEGIN_OF_SENTENCE, CHAR_PAD, END_OF_SENTENCE, IGNORE_INDEX, N_MARKERS, spelling
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -36,14 +35,10 @@ def words_of(sentence: str) -> list[str]:
 
 
 def word_characters(word: str, max_word_chars: int) -> list[int]:
-    """A word as the character encoder reads it: begin-of-word, the UTF-8 bytes (cut to fit),
-    end-of-word, padding; <S> and </S> as their own markers."""
+    """A word as the character encoder reads it (models/elmo.spelling); <S> and </S> as their own markers."""
     if word in (BOS, EOS):
-        inner = [BEGIN_OF_SENTENCE if word == BOS else END_OF_SENTENCE]
-    else:
-        inner = [b + N_MARKERS for b in word.encode("utf-8")[: max_word_chars - 2]]
-    ids = [BEGIN_OF_WORD, *inner, END_OF_WORD]
-    return ids + [CHAR_PAD] * (max_word_chars - len(ids))
+        return spelling([BEGIN_OF_SENTENCE if word == BOS else END_OF_SENTENCE], max_word_chars)
+    return spelling([b + N_MARKERS for b in word.encode("utf-8")], max_word_chars)
 
 
 @dataclass(eq=False)

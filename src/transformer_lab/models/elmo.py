@@ -37,6 +37,16 @@ CHAR_PAD, BEGIN_OF_WORD, END_OF_WORD, BEGIN_OF_SENTENCE, END_OF_SENTENCE = range
 N_MARKERS = 5
 N_CHARS = 256 + N_MARKERS
 IGNORE_INDEX = -100
+
+
+def spelling(inner: list[int], max_word_chars: int) -> list[int]:
+    """Character ids of one token as the character encoder reads it: begin-of-word, `inner`
+    (cut to fit), end-of-word, padding. A sentence marker's inner is [BEGIN_OF_SENTENCE] or
+    [END_OF_SENTENCE]; a word's, its UTF-8 bytes shifted past the markers."""
+    ids = [BEGIN_OF_WORD, *inner[: max_word_chars - 2], END_OF_WORD]
+    return ids + [CHAR_PAD] * (max_word_chars - len(ids))
+
+
 # torch says once that oneDNN has no projected LSTM and it runs its own kernel: expected, not actionable
 warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
 

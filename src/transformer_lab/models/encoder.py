@@ -22,8 +22,7 @@ from torch import nn
 
 from transformer_lab.models.blocks import TransformerBlock
 from transformer_lab.models.crf import LinearChainCRF
-from transformer_lab.models.elmo import (BEGIN_OF_WORD, CHAR_PAD, END_OF_SENTENCE, END_OF_WORD, CharacterEncoder,
-                                         ElmoBiLM, ElmoConfig, ScalarMix)
+from transformer_lab.models.elmo import END_OF_SENTENCE, CharacterEncoder, ElmoBiLM, ElmoConfig, ScalarMix, spelling
 from transformer_lab.models.elmo import SIZES as CHARACTER_ENCODER_SIZES
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.positional import RotaryEmbedding, positional_encoding
@@ -136,8 +135,7 @@ class TransformerEncoder(nn.Module):
         if width != self.elmo.config.max_word_chars:
             raise ValueError(f"characters are {width} wide; the ELMo model reads {self.elmo.config.max_word_chars}")
         lengths = attention_mask.sum(1)
-        end = torch.full((width,), CHAR_PAD, dtype=characters.dtype, device=characters.device)
-        end[:3] = torch.tensor([BEGIN_OF_WORD, END_OF_SENTENCE, END_OF_WORD])
+        end = torch.tensor(spelling([END_OF_SENTENCE], width), dtype=characters.dtype, device=characters.device)
         closed = torch.cat([characters, characters.new_zeros(batch, 1, width)], dim=1)
         closed[torch.arange(batch), lengths] = end
         return self.elmo(closed, lengths + 1).logits[:, :, :length]
