@@ -80,7 +80,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     first = dvc(project, "repro")
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
-                                                       "pretrain_elmo", "evaluate_elmo",
+                                                       "pretrain_elmo", "evaluate_elmo", "train_atis_elmo",
+                                                       "compare_atis_elmo",
                                                        "pretrain_bert", "finetune_sentiment", "finetune_pairs",
                                                        "finetune_sentiment_scratch", "finetune_sentiment_minilm",
                                                        "compare_sentiment",
@@ -95,6 +96,10 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     # sentiment from three starts, side by side
     starts = json.loads((project / "artifacts/bert/sentiment_comparison/comparison.json").read_text())
     assert set(starts) == {"scratch", "own", "minilm"} and all(0 <= s["test/acc"] <= 1 for s in starts.values())
+    # the ATIS tagger without and with ELMo features
+    elmo_starts = json.loads((project / "artifacts/atis/elmo_comparison/comparison.json").read_text())
+    assert set(elmo_starts) == {"without_elmo", "with_elmo"}
+    assert all(0 <= s["val/slot_f1"] <= 1 for s in elmo_starts.values())
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
@@ -129,7 +134,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     git(project, "commit", "-qm", "pipeline outputs")
     dvc(project, "exp", "run", "--queue", "-n", "two-heads", "-S", "conf/model/encoder.yaml:n_heads=2")
     third = dvc(project, "exp", "run", "--run-all", activated=True)
-    assert ran_stages(third.stdout) == ["train_atis", "evaluate_atis"]
+    assert sorted(ran_stages(third.stdout)) == ["compare_atis_elmo", "evaluate_atis", "train_atis", "train_atis_elmo"]
     dvc(project, "exp", "apply", "two-heads")
     assert "n_heads: 2" in (conf / "model" / "encoder.yaml").read_text()
     assert "up to date" in dvc(project, "status").stdout
@@ -174,6 +179,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
     encoder_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "train_atis"]
     assert len(encoder_runs) == 2 and {r.data.params["model.n_heads"] for r in encoder_runs} == {"4", "2"}
+    elmo_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "train_atis_elmo"]
+    assert len(elmo_runs) == 2 and all(r.data.params["task.elmo"].endswith("best.ckpt") for r in elmo_runs)
     [queued] = [r for r in encoder_runs if r.data.params["model.n_heads"] == "2"]
     assert queued.data.tags["dvc_experiment"] == "two-heads" and queued.info.run_name == "train_atis [two-heads]"
     assert all("test/slot_f1" in r.data.metrics for r in encoder_runs)

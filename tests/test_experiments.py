@@ -10,9 +10,12 @@ from omegaconf import open_dict
 
 from conftest import ROOT
 from test_conll import write_toy_conll
+from test_pipelines import save_checkpoint
+from transformer_lab.data.elmo import ElmoPreprocessor
 from transformer_lab.data.tokenizers import prepare_tokenizers
 from transformer_lab.families import family_of_task
 from transformer_lab.prepare import prepare
+from transformer_lab.tasks.elmo import ElmoPretrainingTask
 from transformer_lab.train import train
 from transformer_lab.utils.config import compose_config
 
@@ -35,6 +38,11 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     (data_dir / "prepared" / "wikitext2").symlink_to(data_dir / "prepared" / "corpus")
     (data_dir / "tokenizers" / "wikitext2").symlink_to(data_dir / "tokenizers" / "corpus")
     write_toy_conll(data_dir / "conll2003")  # experiment=bert_ner reads data.data_dir (paths.data_dir/conll2003)
+    # a tiny biLM for the experiments that read ELMo features (task.elmo), as `pretrain_elmo` saves one
+    words = ["<S>", "</S>", "<UNK>", "flights", "to", "boston"]
+    bilm = ElmoPretrainingTask({"vocab_size": len(words), "size": "tiny", "hidden_dim": 32, "projection_dim": 16},
+                               ElmoPreprocessor(words).to_state())
+    save_checkpoint(bilm, data_dir / "elmo.ckpt")
     return data_dir
 
 
@@ -45,6 +53,9 @@ def test_every_experiment_smoke_trains(experiment, tiny_data_dir, tmp_path):
     if "pretrained" in cfg.task:  # a smoke run starts from random weights, not the pre-training stage's output
         with open_dict(cfg):
             cfg.task.pretrained = None
+    if cfg.task.get("elmo"):
+        with open_dict(cfg):
+            cfg.task.elmo = str(tiny_data_dir / "elmo.ckpt")
     if cfg.trainer.accelerator == "gpu" and not torch.cuda.is_available():  # a GPU-sized experiment, here on the CPU
         with open_dict(cfg):
             cfg.trainer.accelerator, cfg.trainer.precision = "cpu", "32-true"
