@@ -80,8 +80,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     first = dvc(project, "repro")
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
-                                                       "pretrain_elmo", "evaluate_elmo", "train_atis_elmo",
-                                                       "compare_atis_elmo",
+                                                       "pretrain_elmo", "evaluate_elmo", "train_atis_no_elmo",
+                                                       "train_atis_elmo", "compare_atis_elmo",
                                                        "pretrain_bert", "finetune_sentiment", "finetune_pairs",
                                                        "finetune_sentiment_scratch", "finetune_sentiment_minilm",
                                                        "compare_sentiment",
@@ -134,7 +134,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     git(project, "commit", "-qm", "pipeline outputs")
     dvc(project, "exp", "run", "--queue", "-n", "two-heads", "-S", "conf/model/encoder.yaml:n_heads=2")
     third = dvc(project, "exp", "run", "--run-all", activated=True)
-    assert sorted(ran_stages(third.stdout)) == ["compare_atis_elmo", "evaluate_atis", "train_atis", "train_atis_elmo"]
+    assert sorted(ran_stages(third.stdout)) == ["compare_atis_elmo", "evaluate_atis", "train_atis",
+                                                 "train_atis_elmo", "train_atis_no_elmo"]
     dvc(project, "exp", "apply", "two-heads")
     assert "n_heads: 2" in (conf / "model" / "encoder.yaml").read_text()
     assert "up to date" in dvc(project, "status").stdout
