@@ -37,6 +37,7 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     # the WikiText-2 experiments read their own prepared corpus and tokenizers: the tiny corpus stands in
     (data_dir / "prepared" / "wikitext2").symlink_to(data_dir / "prepared" / "corpus")
     (data_dir / "tokenizers" / "wikitext2").symlink_to(data_dir / "tokenizers" / "corpus")
+    (data_dir / "tokenizers" / "wikitext2_bpe8k").symlink_to(data_dir / "tokenizers" / "corpus")
     write_toy_conll(data_dir / "conll2003")  # experiment=bert_ner reads data.data_dir (paths.data_dir/conll2003)
     # a tiny biLM for the experiments that read ELMo features (task.elmo), as `pretrain_elmo` saves one
     words = ["<S>", "</S>", "<UNK>", "flights", "to", "boston"]
