@@ -77,7 +77,8 @@ SLOTS = _metrics("val/slot_f1:max", "val/intent_acc:max", "val/sentence_acc:max"
 FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("joint_intent_slot", M + "encoder.JointIntentSlotModel", M + "encoder.JointIntentSlotConfig",
            T + "joint_intent_slot.JointIntentSlotTask", D + "atis.AtisDataModule", SLOTS,
-           ("prepare_atis", "train_atis", "evaluate_atis"), "transformer_lab.evaluation.atis.evaluate"),
+           ("prepare_atis", "train_atis", "evaluate_atis", "train_atis_no_elmo", "train_atis_elmo", "compare_atis_elmo"),
+           "transformer_lab.evaluation.atis.evaluate"),
     Family("word2vec", M + "word2vec.Word2Vec", M + "word2vec.Word2VecConfig", T + "word2vec.Word2VecTask",
            D + "word2vec.Word2VecDataModule", _metrics("val/loss:min"),
            ("prepare_corpus", "pretrain_word2vec", "evaluate_word2vec"), "transformer_lab.evaluation.word2vec.evaluate"),
