@@ -103,18 +103,14 @@ def test_a_char_model_without_characters_is_one_clear_error():
 
 
 def test_elmo_features_stay_frozen_and_the_tagger_restores_from_its_own_checkpoint(tmp_path):
+    from test_elmo import save_tiny_bilm
     from test_pipelines import save_checkpoint
     from transformer_lab.checkpoints import load_task
-    from transformer_lab.data.elmo import ElmoPreprocessor
-    from transformer_lab.tasks.elmo import ElmoPretrainingTask
     from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
     torch.manual_seed(1)
-    words = ["<S>", "</S>", "<UNK>", "flights", "to", "boston"]
-    bilm = ElmoPretrainingTask({"vocab_size": len(words), "size": "tiny", "hidden_dim": 32, "projection_dim": 16},
-                               ElmoPreprocessor(words).to_state())
     elmo_checkpoint = tmp_path / "elmo.ckpt"
-    save_checkpoint(bilm, elmo_checkpoint)
+    bilm = save_tiny_bilm(elmo_checkpoint, ["<S>", "</S>", "<UNK>", "flights", "to", "boston"])
     task, batch = atis_task({"elmo": str(elmo_checkpoint)})
     elmo = task.model.encoder.elmo
     assert all(torch.equal(p, bilm.model.state_dict()[n]) for n, p in elmo.state_dict().items())

@@ -13,6 +13,17 @@ from transformer_lab.models.elmo import IGNORE_INDEX, ElmoBiLM, ElmoConfig, Scal
 WORDS = [BOS, EOS, UNK, "the", "cat", "sat", "on", "mat", "."]
 
 
+def save_tiny_bilm(path, words: list[str]):
+    """A tiny biLM saved as `pretrain_elmo` saves one, for the tests of what reads ELMo features."""
+    from test_pipelines import save_checkpoint
+    from transformer_lab.tasks.elmo import ElmoPretrainingTask
+
+    bilm = ElmoPretrainingTask({"vocab_size": len(words), "size": "tiny", "hidden_dim": 32, "projection_dim": 16},
+                               ElmoPreprocessor(words).to_state())
+    save_checkpoint(bilm, path)
+    return bilm
+
+
 @pytest.fixture
 def model_and_preprocessor():
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import elmo_taggers  # noqa: E402
 from test_conll import write_toy_conll  # noqa: E402
-from test_pipelines import save_checkpoint  # noqa: E402
+from test_elmo import save_tiny_bilm  # noqa: E402
 
 
 def test_conll_becomes_tagger_examples_with_one_shared_intent(tmp_path):
@@ -23,17 +23,11 @@ def test_conll_becomes_tagger_examples_with_one_shared_intent(tmp_path):
     assert {e["intent"] for split in splits.values() for e in split} == {"sentence"}
 
 
-def test_both_starts_train_with_one_recipe_and_land_side_by_side_in_mlflow(tmp_path, monkeypatch):
+def test_both_starts_train_with_one_recipe_and_land_side_by_side_in_mlflow(tmp_path):
     from mlflow import MlflowClient
 
-    from transformer_lab.data.elmo import ElmoPreprocessor
-    from transformer_lab.tasks.elmo import ElmoPretrainingTask
-
     torch.manual_seed(0)
-    words = ["<S>", "</S>", "<UNK>", "met", "in", "Bonn", "Anna"]
-    bilm = ElmoPretrainingTask({"vocab_size": len(words), "size": "tiny", "hidden_dim": 32, "projection_dim": 16},
-                               ElmoPreprocessor(words).to_state())
-    save_checkpoint(bilm, tmp_path / "elmo.ckpt")
+    save_tiny_bilm(tmp_path / "elmo.ckpt", ["<S>", "</S>", "<UNK>", "met", "in", "Bonn", "Anna"])
     out = tmp_path / "result.json"
     args = ["--task", "conll", "--data", str(write_toy_conll(tmp_path / "conll")), "--elmo", str(tmp_path / "elmo.ckpt"),
             "--epochs", "1", "--seeds", "0", "--out", str(out),

@@ -10,12 +10,10 @@ from omegaconf import open_dict
 
 from conftest import ROOT
 from test_conll import write_toy_conll
-from test_pipelines import save_checkpoint
-from transformer_lab.data.elmo import ElmoPreprocessor
+from test_elmo import save_tiny_bilm
 from transformer_lab.data.tokenizers import prepare_tokenizers
 from transformer_lab.families import family_of_task
 from transformer_lab.prepare import prepare
-from transformer_lab.tasks.elmo import ElmoPretrainingTask
 from transformer_lab.train import train
 from transformer_lab.utils.config import compose_config
 
@@ -40,10 +38,7 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     (data_dir / "tokenizers" / "wikitext2_bpe8k").symlink_to(data_dir / "tokenizers" / "corpus")
     write_toy_conll(data_dir / "conll2003")  # experiment=bert_ner reads data.data_dir (paths.data_dir/conll2003)
     # a tiny biLM for the experiments that read ELMo features (task.elmo), as `pretrain_elmo` saves one
-    words = ["<S>", "</S>", "<UNK>", "flights", "to", "boston"]
-    bilm = ElmoPretrainingTask({"vocab_size": len(words), "size": "tiny", "hidden_dim": 32, "projection_dim": 16},
-                               ElmoPreprocessor(words).to_state())
-    save_checkpoint(bilm, data_dir / "elmo.ckpt")
+    save_tiny_bilm(data_dir / "elmo.ckpt", ["<S>", "</S>", "<UNK>", "flights", "to", "boston"])
     return data_dir
 
 
