@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         previous = json.loads(out.read_text())
         if all(previous.get(key) == value for key, value in settings.items()):
             rows = previous["runs"]
+
     def record(rows: list[dict]) -> dict:
         return {**settings, "runs": rows, "summary": summarise(rows),
                 "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
