@@ -325,6 +325,15 @@ def markdown(summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def machine(torch) -> dict:
+    """What the seconds were measured on: CPU model, cores, threads, platform, torch."""
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+              if line.startswith("model name")] if cpuinfo.is_file() else []
+    return {"cpu": models[0] if models else platform.processor(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True, choices=TASKS)
@@ -359,8 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"task": args.task, "data": str(Path(args.data).resolve()), "results": [],
               "recipe": {"epochs": args.epochs, "min_steps": args.min_steps, "batch_size": args.batch_size,
                          "lr": args.lr, "set": args.set},
-              "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                          "platform": platform.platform(), "torch": torch.__version__}}
+              "machine": machine(torch)}
     previous = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
     if (previous.get("task"), previous.get("data")) == (result["task"], result["data"]):
         result["results"] = previous["results"]  # resume: what was measured stays
@@ -379,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                             row = run(args, init, seed, Path(tmp))
                         else:
                             row = run_text(args, init, n, seed, Path(tmp))
-                        result["results"].append({**row, "requested_examples": n})
+                        # each row names its own machine: a resumed file may mix machines
+                        result["results"].append({**row, "requested_examples": n, "machine": result["machine"]})
                         atomic_write_json(args.out, result)
                         print(f"transfer {args.task}: {init} n={row['train_examples']} seed={seed} "
                               f"dev {row['dev']}{' test ' + str(row['test']) if 'test' in row else ''} "
