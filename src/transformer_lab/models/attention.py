@@ -1,4 +1,5 @@
-"""Multi-head self-attention: the one attention implementation every model uses.
+"""Multi-head attention: the one attention implementation every model uses, self-attention
+and (with a `context`) the encoder-decoder cross-attention.
 
 Each head has its own query, key and value projection. They are stored as one
 ``d_model x d_model`` matrix per role whose rows are split into heads, which is the
@@ -7,6 +8,11 @@ same as ``n_heads`` separate ``d_model x d_head`` projections but costs one matm
 Two options serve the decoder (GPT): rotary position embeddings applied to queries and
 keys, and a key/value cache so that generating one more token attends from one new
 position instead of recomputing the whole prefix.
+
+Cross-attention (the 2017 Transformer's encoder-decoder attention): queries come from x, keys
+and values from `context` (the encoder's states), masked by the source's padding. While
+decoding, the context's keys and values are the same at every step: a cache computes them once
+per source and hands them back afterwards.
 """
 
 from __future__ import annotations
@@ -34,6 +40,12 @@ class KVCache:
             keys, values = torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
         self.keys, self.values = keys, values
         return keys, values
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep the rows `rows` of the batch, in that order (beam search: each surviving beam
+        takes over its parent's keys and values)."""
+        if self.keys is not None:
+            self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -63,6 +75,7 @@ class MultiHeadSelfAttention(nn.Module):
         rotary: nn.Module | None = None,
         cache: KVCache | None = None,
         attn_mask: torch.Tensor | None = None,
+        context: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (batch, length, d_model); everything else by name, so that a new option cannot
         shift the callers' arguments. key_padding_mask: (batch, keys), True = real token.
@@ -72,17 +85,32 @@ class MultiHeadSelfAttention(nn.Module):
         rotary: a RotaryEmbedding to rotate queries and keys by their positions.
         cache: earlier positions' keys and values; x then holds the positions after them, and
         the new keys and values are appended to it.
+        context: (batch, keys, d_model), the sequence the keys and values come from
+        (cross-attention); key_padding_mask then masks its positions. With a cache, the context's
+        keys and values are computed on the first call and reused on every later one.
 
         Returns the attended values and, if asked, the attention weights
         (batch, n_heads, length, keys) for inspection and plots.
         """
         batch, length, d_model = x.shape
-        q, k, v = self._split_heads(self.q(x)), self._split_heads(self.k(x)), self._split_heads(self.v(x))
-        offset = cache.length if cache is not None else 0
-        if rotary is not None:
-            q, k = rotary(q, offset), rotary(k, offset)
-        if cache is not None:
-            k, v = cache.append(k, v)
+        q = self._split_heads(self.q(x))
+        offset = 0
+        if context is not None:
+            if is_causal or rotary is not None:
+                raise ValueError("cross-attention is neither causal nor rotary: its keys are another sequence")
+            if cache is not None and cache.keys is not None:
+                k, v = cache.keys, cache.values  # the same source: its keys and values were computed once
+            else:
+                k, v = self._split_heads(self.k(context)), self._split_heads(self.v(context))
+                if cache is not None:
+                    cache.append(k, v)
+        else:
+            k, v = self._split_heads(self.k(x)), self._split_heads(self.v(x))
+            offset = cache.length if cache is not None else 0
+            if rotary is not None:
+                q, k = rotary(q, offset), rotary(k, offset)
+            if cache is not None:
+                k, v = cache.append(k, v)
 
         mask = None
         if key_padding_mask is not None:

@@ -71,7 +71,11 @@ class MixtureOfExperts(nn.Module):
 
 class TransformerBlock(nn.Module):
     """norm_first=False is the post-norm block of the 2017 paper (and BERT);
-    norm_first=True is the pre-norm block of GPT-2 and ViT, which trains more stably deep."""
+    norm_first=True is the pre-norm block of GPT-2 and ViT, which trains more stably deep.
+
+    cross_attention=True makes it the 2017 paper's decoder block: masked self-attention, then
+    attention over the encoder's states (`context`), then the feed-forward, each a residual
+    sub-layer normalised the same way (post- or pre-norm)."""
 
     def __init__(
         self,
@@ -87,6 +91,7 @@ class TransformerBlock(nn.Module):
         n_experts: int = 4,
         moe_top_k: int = 2,
         bias: bool = True,
+        cross_attention: bool = False,
     ):
         """The three sizes by position, every option by name (so that adding one shifts no caller).
         ffn: "dense" (one feed-forward) or "moe" (n_experts of them, each token routed to moe_top_k).
@@ -102,6 +107,10 @@ class TransformerBlock(nn.Module):
         else:
             raise ValueError(f"ffn={ffn!r}; expected 'dense' or 'moe'")
         self.ln2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.cross_attn = self.ln_cross = None
+        if cross_attention:
+            self.cross_attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout, bias=bias)
+            self.ln_cross = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -114,17 +123,37 @@ class TransformerBlock(nn.Module):
         rotary: nn.Module | None = None,
         cache: KVCache | None = None,
         attn_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        context: torch.Tensor | None = None,
+        context_padding_mask: torch.Tensor | None = None,
+        cross_cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None]:
         """x: (batch, length, d_model); the other arguments are MultiHeadSelfAttention's, by name.
-        Returns the new states and the attention weights (None unless return_weights)."""
+        context, context_padding_mask, cross_cache (cross-attention blocks only): the encoder's
+        states (batch, source length, d_model), its padding (True = real token) and the cache
+        that keeps their keys and values between decoding steps.
+        Returns the new states and the attention weights (None unless return_weights); a block
+        with cross-attention returns the pair (self-attention weights, cross-attention weights)."""
+        if (context is None) != (self.cross_attn is None):
+            raise ValueError("a context goes with a cross-attention block, and only with one")
         options = dict(key_padding_mask=key_padding_mask, is_causal=is_causal, return_weights=return_weights,
                        rotary=rotary, cache=cache, attn_mask=attn_mask)
+        cross_options = dict(key_padding_mask=context_padding_mask, return_weights=return_weights,
+                             cache=cross_cache, context=context)
+        cross_weights = None
         if self.norm_first:
             attended, weights = self.attn(self.ln1(x), **options)
             x = x + self.dropout(attended)
+            if context is not None:
+                attended, cross_weights = self.cross_attn(self.ln_cross(x), **cross_options)
+                x = x + self.dropout(attended)
             x = x + self.mlp(self.ln2(x))
         else:
             attended, weights = self.attn(x, **options)
             x = self.ln1(x + self.dropout(attended))
+            if context is not None:
+                attended, cross_weights = self.cross_attn(x, **cross_options)
+                x = self.ln_cross(x + self.dropout(attended))
             x = self.ln2(x + self.mlp(x))
+        if context is not None and return_weights:
+            return x, (weights, cross_weights)
         return x, weights

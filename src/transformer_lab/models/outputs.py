@@ -41,6 +41,11 @@ class ModelOutput:
         lm_logits: language-model logits over every input position (batch, n_sequences, length, vocab),
             for GPT-1's auxiliary LM loss (GPTForSequenceClassification)
         forward_loss, backward_loss: the mean next-word and previous-word losses (ElmoBiLM)
+        encoder_hidden_states: the encoder's last states, (batch, source length, d_model)
+            (TransformerSeq2Seq: the decoder's are in hidden_states, its self-attention in attentions)
+        encoder_attentions, cross_attentions: with return_weights=True, one tensor per layer: the
+            encoder's self-attention (batch, heads, source, source) and the decoder's attention over
+            the source (batch, heads, target, source) (TransformerSeq2Seq)
     """
 
     logits: torch.Tensor
@@ -55,3 +60,6 @@ class ModelOutput:
     lm_logits: torch.Tensor | None = None
     forward_loss: torch.Tensor | None = None
     backward_loss: torch.Tensor | None = None
+    encoder_hidden_states: torch.Tensor | None = None
+    encoder_attentions: list[torch.Tensor] | None = None
+    cross_attentions: list[torch.Tensor] | None = None

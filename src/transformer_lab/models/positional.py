@@ -18,17 +18,31 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.embedding(torch.arange(offset, offset + length, device=self.embedding.weight.device))
 
 
-class SinusoidalPositionalEncoding(nn.Module):
-    """The fixed sin/cos table of "Attention Is All You Need" (section 3.5)."""
+SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
 
-    def __init__(self, max_len: int, d_model: int):
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """The fixed sin/cos table of "Attention Is All You Need" (section 3.5).
+
+    layout="interleaved" is the paper's: dimension 2i holds sin(pos / 10000^(2i/d)), 2i + 1 its
+    cosine. layout="halves" puts every sine first and every cosine after them (fairseq's and
+    Marian's tables), the same frequencies: what converted Marian checkpoints expect."""
+
+    def __init__(self, max_len: int, d_model: int, layout: str = "interleaved"):
         super().__init__()
-        position = torch.arange(max_len, dtype=torch.float32)[:, None]
-        frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-        table = torch.zeros(max_len, d_model)
-        table[:, 0::2] = torch.sin(position * frequency)
-        table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
-        self.register_buffer("table", table, persistent=False)
+        if layout not in SINUSOIDAL_LAYOUTS:
+            raise ValueError(f"sinusoidal layout {layout!r}; expected one of {', '.join(SINUSOIDAL_LAYOUTS)}")
+        # float64, then rounded once: sin(pos * w) in float32 is off by ~pos * 1e-7 at long positions
+        position = torch.arange(max_len, dtype=torch.float64)[:, None]
+        frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+        sines, cosines = torch.sin(position * frequency), torch.cos(position * frequency[: d_model // 2])
+        table = torch.zeros(max_len, d_model, dtype=torch.float64)
+        if layout == "interleaved":
+            table[:, 0::2], table[:, 1::2] = sines, cosines
+        else:
+            half = sines.shape[1]
+            table[:, :half], table[:, half:] = sines, cosines
+        self.register_buffer("table", table.float(), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         """Vectors of positions offset .. offset + length - 1."""
@@ -61,9 +75,10 @@ class RotaryEmbedding(nn.Module):
         return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
 
 
-def positional_encoding(kind: str, max_len: int, d_model: int) -> nn.Module:
+def positional_encoding(kind: str, max_len: int, d_model: int, *, layout: str = "interleaved") -> nn.Module:
+    """layout: the sinusoidal table's (SinusoidalPositionalEncoding)."""
     if kind == "learned":
         return LearnedPositionalEmbedding(max_len, d_model)
     if kind == "sinusoidal":
-        return SinusoidalPositionalEncoding(max_len, d_model)
+        return SinusoidalPositionalEncoding(max_len, d_model, layout)
     raise ValueError(f"unknown positional encoding {kind!r}; expected 'learned' or 'sinusoidal'")
