@@ -63,11 +63,13 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "experiment" / "gpt_sentiment.yaml", "max_epochs", "10", "1")
     set_param(conf / "experiment" / "vit.yaml", "max_epochs", "150", "1")
     set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "30", "2")
+    set_param(conf / "experiment" / "translation.yaml", "max_epochs", "8", "1")
+    set_param(conf / "evaluate_translation.yaml", "max_sentences", "null", "128")
     for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "5"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     # every datamodule caps its splits alike (data.datamodule.max_examples): seconds per stage
     for data in ("atis_bert", "bert_pretraining", "elmo_pretraining", "gpt_pretraining", "gpt_sentiment", "images", "qa",
-                 "sentiment"):
+                 "sentiment", "translation"):
         set_param(conf / "data" / f"{data}.yaml", "max_examples", "null", "128")
     set_param(conf / "baseline" / "xgboost.yaml", "n_estimators", "2000", "100")
     # the pickled MLflow model of every run is tested in-process (test_train); here it would only cost time
@@ -89,7 +91,9 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                                                        "generate_gpt", "finetune_gpt_sentiment", "prepare_images",
                                                        "train_vit", "evaluate_vit", "prepare_tabular",
                                                        "train_tabular@tab_transformer", "train_tabular@tab_mlp",
-                                                       "train_xgboost", "train_logreg", "evaluate_tabular"])
+                                                       "train_xgboost", "train_logreg", "evaluate_tabular",
+                                                       "prepare_translation", "train_translation",
+                                                       "evaluate_translation"])
     comparison = json.loads((project / "artifacts/tabular/eval/comparison.json").read_text())
     assert set(comparison) == {"tab_transformer", "tab_mlp", "xgboost", "logistic_regression"}
     assert all(0 <= scores["test/auroc"] <= 1 for scores in comparison.values())
@@ -100,6 +104,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     elmo_starts = json.loads((project / "artifacts/atis/elmo_comparison/comparison.json").read_text())
     assert set(elmo_starts) == {"without_elmo", "with_elmo"}
     assert all(0 <= s["val/slot_f1"] <= 1 for s in elmo_starts.values())
+    translation = json.loads((project / "artifacts/translation/eval/metrics.json").read_text())
+    assert 0 <= translation["bleu_test_builtin"] <= 100 and translation["sentences_test_builtin"] == 128
     eval_metrics = json.loads((project / "artifacts/atis/eval/metrics.json").read_text())
     assert 0 <= eval_metrics["test/slot_f1"] <= 1
     for plot in ("artifacts/atis/train/history.csv", "artifacts/atis/eval/intent_confusion.csv",
@@ -108,7 +114,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                  "artifacts/vit/eval/attention.png", "artifacts/vit/eval/misclassified.png",
                  "artifacts/tabular/eval/comparison.png", "artifacts/tabular/eval/comparison.csv",
                  "artifacts/bert/sentiment_comparison/comparison.png",
-                 "artifacts/bert/sentiment_comparison/comparison.csv"):
+                 "artifacts/bert/sentiment_comparison/comparison.csv",
+                 "artifacts/translation/eval/cross_attention.png", "artifacts/translation/eval/samples.md"):
         assert (project / plot).is_file()
 
     # Importing the package writes __pycache__ (timestamped .pyc files) into the source folders the

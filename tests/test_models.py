@@ -90,6 +90,7 @@ def _families():
                                              BertForSequenceClassification, BertJointConfig)
     from transformer_lab.models.gpt import (GPTClassifierConfig, GPTConfig, GPTForSequenceClassification,
                                             GPTLMHeadModel)
+    from transformer_lab.models.seq2seq import Seq2SeqConfig, TransformerSeq2Seq
     from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
     from transformer_lab.models.vit import ViTConfig, VisionTransformer
     from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig
@@ -118,12 +119,14 @@ def _families():
          (2, 10), 4),
         ("tab_transformer", TabTransformer(tab), rows, (2, 2), 2),
         ("tab_mlp", TabTransformer(TabTransformerConfig(**{**tab.to_dict(), "architecture": "mlp"})), rows, (2, 2), 0),
+        ("seq2seq", TransformerSeq2Seq(Seq2SeqConfig(vocab_size=50, size="tiny", max_len=16)), (ids, ids[:, :5]),
+         (2, 5, 50), 2),  # decoder self-attention per layer (cross-attention: test_seq2seq.py)
         ("word2vec", Word2Vec(Word2VecConfig(vocab_size=50, dim=8), torch.arange(1, 51)),
          (ids, mask, torch.tensor([7, 9])), (2, 6, 6), None),  # centre + 5 noise words per context word
     ]
 
 
-@pytest.mark.parametrize("index", range(13), ids=lambda i: _families()[i][0])
+@pytest.mark.parametrize("index", range(14), ids=lambda i: _families()[i][0])
 def test_every_family_returns_one_model_output(index):
     from transformer_lab.models.outputs import ModelOutput
 

@@ -45,6 +45,7 @@ TASKS: dict[str, tuple[str, ...]] = {
     "fill-mask": ("bert_pretraining",),
     "feature-extraction": (*BERT_BODIES, "published", "elmo_pretraining"),
     "text-generation": ("gpt_pretraining",),
+    "translation": ("translation",),
     "image-classification": ("image_classification",),
     "tabular-classification": ("tabular_classification", "tabular_baseline"),
 }
@@ -423,6 +424,18 @@ class TextGenerationPipeline(Pipeline):
         return results
 
 
+class TranslationPipeline(Pipeline):
+    """source sentence -> {"translation_text"}, beam search: num_beams (1 = greedy), length_penalty."""
+
+    task_name = "translation"
+
+    def run(self, inputs, num_beams: int = 4, length_penalty: float = 1.0, batch_size: int = 64):
+        texts = [check_text(text, f"input {i}") for i, text in enumerate(inputs)]
+        translations = self.model.predict(texts, num_beams=num_beams, length_penalty=length_penalty,
+                                          batch_size=batch_size)
+        return [{"translation_text": text} for text in translations]
+
+
 class ImageClassificationPipeline(Pipeline):
     """image file (or a uint8 (C, H, W) array) -> {"label", "score"}; top_k as text-classification."""
 
@@ -453,7 +466,7 @@ class TabularClassificationPipeline(Pipeline):
 
 PIPELINES = {p.task_name: p for p in (TextClassificationPipeline, TokenClassificationPipeline,
                                       QuestionAnsweringPipeline, FillMaskPipeline, FeatureExtractionPipeline,
-                                      TextGenerationPipeline, ImageClassificationPipeline,
+                                      TextGenerationPipeline, TranslationPipeline, ImageClassificationPipeline,
                                       TabularClassificationPipeline)}
 
 

@@ -116,6 +116,27 @@ def attention_maps(images, maps, captions: list[str], out_png: str | Path, title
     return _save(fig, out_png)
 
 
+def cross_attention_heads(weights, source_tokens: list[str], target_tokens: list[str], out_png: str | Path,
+                          title: str) -> Path:
+    """One panel per head: a (target, source) attention matrix, target tokens down, source across."""
+    heads = len(weights)
+    columns = min(heads, 4)
+    rows = -(-heads // columns)
+    width = max(2.2, 0.28 * len(source_tokens) + 1.0)
+    height = max(2.0, 0.26 * len(target_tokens) + 0.8)
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    for index, ax in enumerate(axes.flat):
+        if index >= heads:
+            ax.axis("off")
+            continue
+        ax.imshow(weights[index], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+        ax.set_xticks(range(len(source_tokens)), source_tokens, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(target_tokens)), target_tokens if index % columns == 0 else [], fontsize=6)
+        ax.set_title(f"head {index}", fontsize=8)
+    fig.suptitle(title, fontsize=9, y=1.02)
+    return _save(fig, out_png)
+
+
 def model_comparison(rows: list[dict], metrics: list[str], out_png: str | Path, title: str,
                      name_key: str = "model") -> Path:
     """Grouped bars: one group per model (row[name_key]), one bar per metric, each labelled with its value."""

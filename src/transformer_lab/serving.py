@@ -34,6 +34,7 @@ TEXT_EXAMPLES = {  # the input example each task's logged model shows (and is ch
     "fill-mask": {"text": "show me [MASK] from boston to denver"},
     "feature-extraction": {"text": "a sentence to embed"},
     "text-generation": {"text": "The"},
+    "translation": {"text": "she buys two red apples."},
 }
 
 

@@ -77,7 +77,7 @@ class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.Li
     def configure_optimizers(self):
         h = self.hparams
         return adamw_warmup_linear(self.model, h.lr, h.weight_decay, h.warmup_ratio,
-                                   self.trainer.estimated_stepping_batches, h.betas)
+                                   self.trainer.estimated_stepping_batches, h.betas, trainer=self.trainer)
 
     def predict(self, texts: list[str], batch_size: int = 256) -> list[list[str]]:
         """The masked LM's fill-in for every `[MASK]` of each raw text, in order: one list of token

@@ -58,7 +58,8 @@ class ElmoPretrainingTask(TokenThroughput, NamesItsFamily, L.LightningModule):
     def configure_optimizers(self):
         h = self.hparams
         total = self.trainer.estimated_stepping_batches
-        return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, min(h.warmup_steps, total))
+        return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, min(h.warmup_steps, total),
+                                 trainer=self.trainer)
 
     @inference
     def forward_word_nll(self, sentences: list[list[str]], batch_size: int = 128) -> tuple[float, int]:

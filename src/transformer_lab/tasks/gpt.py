@@ -74,7 +74,7 @@ class GPTPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.Lig
         h = self.hparams
         total = self.trainer.estimated_stepping_batches
         return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, min(h.warmup_steps, total), h.betas,
-                                 decay="cosine", min_ratio=h.min_lr_ratio)
+                                 decay="cosine", min_ratio=h.min_lr_ratio, trainer=self.trainer)
 
     @inference
     def predict(self, prompts: list[str], max_new_tokens: int, stop_at_eos: bool = True, **sampling) -> list[dict]:

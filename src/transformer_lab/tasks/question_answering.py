@@ -171,7 +171,7 @@ class QuestionAnsweringTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.Light
     def configure_optimizers(self):
         h = self.hparams
         return adamw_warmup_linear(self.model, h.lr, h.weight_decay, h.warmup_ratio,
-                                   self.trainer.estimated_stepping_batches)
+                                   self.trainer.estimated_stepping_batches, trainer=self.trainer)
 
     @inference
     def predict(self, questions: list[str], contexts: list[str], batch_size: int = 64) -> list[dict]:

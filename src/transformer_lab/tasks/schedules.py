@@ -30,6 +30,19 @@ def warmup_linear(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ste
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def warmup_inverse_sqrt(optimizer: torch.optim.Optimizer, warmup_steps: int):
+    """The 2017 Transformer's schedule (section 5.3): linear warm-up, then decay with the inverse
+    square root of the step. Here the base rate is the peak, reached at warmup_steps; the paper's
+    d_model^-0.5 x min(step^-0.5, step x warmup^-1.5) is base rate = (d_model x warmup)^-0.5
+    (7.0e-4 for the base model's 512 and 4,000 steps)."""
+
+    def factor(step: int) -> float:
+        step += 1
+        return min(step / warmup_steps, (warmup_steps / step) ** 0.5)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
 def decay_groups(module: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on matrices only; biases, LayerNorm gains and embeddings' padding rows are left alone
     (as in nanoGPT and BERT)."""
@@ -42,23 +55,32 @@ def decay_groups(module: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 def adamw_with_warmup(module: torch.nn.Module, lr: float, weight_decay: float, total_steps: int,
                       warmup_steps: int, betas: tuple[float, float] = (0.9, 0.999), decay: str = "linear",
-                      min_ratio: float = 0.0) -> dict:
-    """AdamW with decay on matrices only, linear warm-up, then linear decay to 0 (BERT) or cosine
-    decay to min_ratio × lr (GPT), stepped every optimiser step; as configure_optimizers returns it."""
+                      min_ratio: float = 0.0, eps: float = 1e-8, trainer=None) -> dict:
+    """AdamW with decay on matrices only, linear warm-up, then linear decay to 0 (BERT), cosine
+    decay to min_ratio × lr (GPT) or inverse-square-root decay (the 2017 Transformer), stepped
+    every optimiser step; as configure_optimizers returns it. trainer: the Lightning trainer, whose
+    precision and gradient clipping decide whether the fused kernel may be used."""
     groups = decay_groups(module, weight_decay)
     # the fused kernel updates every tensor in one pass (about 3x faster than the per-tensor loop on CPU)
     fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for g in groups for p in g["params"])
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), fused=fused)
+    if trainer is not None and trainer.gradient_clip_val and "mixed" in str(trainer.precision):
+        # Lightning refuses to clip gradients under mixed precision for an optimizer that unscales
+        # them inside its own step, as the fused one does
+        fused = False
+    optimizer = torch.optim.AdamW(groups, lr=lr, betas=tuple(betas), eps=eps, fused=fused)
     if decay == "linear":
         scheduler = warmup_linear(optimizer, total_steps, warmup_steps)
     elif decay == "cosine":
         scheduler = warmup_cosine(optimizer, total_steps, warmup_steps, min_ratio)
+    elif decay == "inverse_sqrt":
+        scheduler = warmup_inverse_sqrt(optimizer, warmup_steps)
     else:
-        raise ValueError(f"decay={decay!r}; expected 'linear' or 'cosine'")
+        raise ValueError(f"decay={decay!r}; expected 'linear', 'cosine' or 'inverse_sqrt'")
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
 def adamw_warmup_linear(module: torch.nn.Module, lr: float, weight_decay: float, warmup_ratio: float,
-                        total_steps: int, betas: tuple[float, float] = (0.9, 0.999)) -> dict:
+                        total_steps: int, betas: tuple[float, float] = (0.9, 0.999), trainer=None) -> dict:
     """BERT's optimiser: warm-up over warmup_ratio of the steps, then linear decay."""
-    return adamw_with_warmup(module, lr, weight_decay, total_steps, int(warmup_ratio * total_steps), betas)
+    return adamw_with_warmup(module, lr, weight_decay, total_steps, int(warmup_ratio * total_steps), betas,
+                             trainer=trainer)

@@ -93,7 +93,7 @@ class SequenceClassificationTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.
         h = self.hparams
         total = self.trainer.estimated_stepping_batches
         return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, int(h.warmup_ratio * total),
-                                 decay=self.lr_decay)
+                                 decay=self.lr_decay, trainer=self.trainer)
 
     @inference
     def predict(self, texts: list, batch_size: int = 256) -> torch.Tensor:

@@ -77,7 +77,8 @@ class TokenClassificationTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.Lig
     def configure_optimizers(self):
         h = self.hparams
         total = self.trainer.estimated_stepping_batches
-        return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, int(h.warmup_ratio * total))
+        return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, int(h.warmup_ratio * total),
+                                 trainer=self.trainer)
 
     def predict(self, sentences: list[list[str]], batch_size: int = 128) -> list[list[str]]:
         """One BIO tag per word of each raw sentence (a list of words), read at the word's first piece;
