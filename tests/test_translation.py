@@ -203,3 +203,29 @@ def test_the_trained_model_translates_through_the_pipeline(trained):
 def test_multi30k_reads_in_its_own_layout():
     pairs = read_pairs(MULTI30K, "test_2016_flickr", "en", "de")
     assert len(pairs) == 1000 and all(s and t for s, t in pairs)
+
+
+def test_the_benchmark_writes_its_keys_for_any_directory_in_the_layout(local_pairs, tmp_path):
+    """benchmarks/translation.py on the generated pairs for a few seconds: the JSON contract,
+    both models from the same weights, and bad input as one line, exit 2, nothing written."""
+    out = tmp_path / "translation.json"
+    command = [PYTHON, ROOT / "benchmarks" / "translation.py", "--data", local_pairs, "--minutes", "0.05",
+               "--size", "tiny", "--vocab-size", "300", "--batch-size", "16", "--evals", "1", "--beams", "2",
+               "--out", out]
+    result = run(command, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    scores = json.loads(out.read_text())
+    for key in ("bleu_test_2016_flickr", "chrf_test_2016_flickr", "hf_bleu_test_2016_flickr", "train_seconds",
+                "params", "tokens_per_s", "seconds_per_step", "hf_seconds_per_step", "val_bleu", "hf_val_bleu"):
+        assert key in scores, key
+    assert scores["steps"] >= 1 and scores["curve"][-1]["steps"] == scores["steps"]
+    assert out.with_suffix(".png").is_file()
+    samples = scores["samples"]["test_2016_flickr"]
+    assert len(samples) == 5 and {"source", "reference", "ours", "hf"} <= set(samples[0])
+
+    (local_pairs / "val.en").write_text("one line only\n")
+    out.unlink()
+    result = run(command)
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr.strip().startswith("error: ") and "val.en has 1 lines but" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
