@@ -38,7 +38,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -325,15 +324,6 @@ def markdown(summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def machine(torch) -> dict:
-    """What the seconds were measured on: CPU model, cores, threads, platform, torch."""
-    cpuinfo = Path("/proc/cpuinfo")
-    models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-              if line.startswith("model name")] if cpuinfo.is_file() else []
-    return {"cpu": models[0] if models else platform.processor(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", required=True, choices=TASKS)
@@ -357,10 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args(argv)
 
-    import torch
-
     from transformer_lab.errors import TransformerLabError
     from transformer_lab.utils.io import atomic_write_json
+    from transformer_lab.utils.machine import machine
 
     sizes = [None if s == "all" else int(s) for s in parse_list(args.train_examples)] or [None]
     if args.task in TAGGING and sizes != [None]:
@@ -368,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"task": args.task, "data": str(Path(args.data).resolve()), "results": [],
               "recipe": {"epochs": args.epochs, "min_steps": args.min_steps, "batch_size": args.batch_size,
                          "lr": args.lr, "set": args.set},
-              "machine": machine(torch)}
+              "machine": machine()}
     previous = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
     if (previous.get("task"), previous.get("data")) == (result["task"], result["data"]):
         result["results"] = previous["results"]  # resume: what was measured stays

@@ -38,7 +38,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -46,14 +45,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 TIMED_FROM = 10  # steps before this one are warm-up (allocator, first-call overheads)
-
-
-def machine(torch) -> dict:
-    cpuinfo = Path("/proc/cpuinfo")
-    models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-              if line.startswith("model name")] if cpuinfo.is_file() else []
-    return {"cpu": models[0] if models else platform.processor(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__}
 
 
 def marian_from(model):
@@ -176,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformer_lab.models.seq2seq import Seq2SeqConfig, TransformerSeq2Seq
     from transformer_lab.tasks.translation import corpus_scores
     from transformer_lab.utils.io import atomic_write_json
+    from transformer_lab.utils.machine import machine
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -245,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
               "model": config.to_dict(), "params": params, "steps": steps, "epochs": round(steps * args.batch_size
                                                                                            / len(train_set), 2),
               "train_seconds": round(trained_seconds(), 1), "tokens_per_s": round(tokens / trained_seconds(), 1),
-              "curve": curve, "machine": machine(torch)}
+              "curve": curve, "machine": machine()}
     for t in trainees:
         prefix = "" if t.name == "ours" else "hf_"
         timed = t.step_seconds[TIMED_FROM:] or t.step_seconds
