@@ -134,6 +134,11 @@ def test_length_buckets_cover_every_pair_once_and_follow_seed_and_epoch():
     assert len(batches) == len(LengthBucketSampler(lengths, 16, seed=0))
     assert batches == list(LengthBucketSampler(lengths, 16, seed=0))
     assert batches != list(LengthBucketSampler(lengths, 16, seed=0, epoch=1))
+    epoch = [0]
+    live = LengthBucketSampler(lengths, 16, seed=0, epoch=lambda: epoch[0])  # the trainer's epoch, read per pass
+    assert list(live) == batches
+    epoch[0] = 1
+    assert list(live) == list(LengthBucketSampler(lengths, 16, seed=0, epoch=1))  # a resumed run's draw
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches) / len(batches)
     assert spread < 3  # similar lengths in a batch (random batches would spread ~20)
 

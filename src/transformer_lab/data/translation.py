@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -277,21 +278,24 @@ class PairDataset(Dataset):
 class LengthBucketSampler(Sampler[list[int]]):
     """Batches of sentences of similar length (less padding, the paper's section 5.1): shuffle,
     sort each stretch of 50 batches by length, cut into batches, shuffle the batches. Seeded by
-    seed and epoch, so that a resumed run draws the batches an uninterrupted one would."""
+    seed and epoch, so that a resumed run draws the batches an uninterrupted one would. epoch:
+    a number, or a function giving the epoch about to start (the trainer's current_epoch)."""
 
-    def __init__(self, lengths: list[int], batch_size: int, seed: int, epoch: int = 0, pool: int = 50):
-        self.lengths, self.batch_size, self.pool = lengths, batch_size, pool
-        self.generator = random.Random(seed * 100_003 + epoch)
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, epoch: int | Callable[[], int] = 0,
+                 pool: int = 50):
+        self.lengths, self.batch_size, self.pool, self.seed, self.epoch = lengths, batch_size, pool, seed, epoch
 
     def __iter__(self):
+        epoch = self.epoch() if callable(self.epoch) else self.epoch
+        generator = random.Random(self.seed * 100_003 + epoch)
         order = list(range(len(self.lengths)))
-        self.generator.shuffle(order)
+        generator.shuffle(order)
         stretch = self.batch_size * self.pool
         batches = []
         for start in range(0, len(order), stretch):
             chunk = sorted(order[start:start + stretch], key=lambda i: self.lengths[i])
             batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-        self.generator.shuffle(batches)
+        generator.shuffle(batches)
         return iter(batches)
 
     def __len__(self) -> int:
@@ -354,9 +358,10 @@ class TranslationDataModule(L.LightningDataModule):
         return collate(items, self.preprocessor.pad_id, self.preprocessor.bos_id)
 
     def train_dataloader(self) -> DataLoader:
-        epoch = self.trainer.current_epoch if self.trainer else 0
         lengths = [max(len(s), len(t)) for s, t in zip(self.train_set.sources, self.train_set.targets)]
-        sampler = LengthBucketSampler(lengths, self.batch_size, self.seed, epoch)
+        # the epoch read when each epoch starts: Lightning builds this loader once
+        sampler = LengthBucketSampler(lengths, self.batch_size, self.seed,
+                                      epoch=lambda: self.trainer.current_epoch if self.trainer else 0)
         return DataLoader(self.train_set, batch_sampler=sampler, collate_fn=self._collate,
                           num_workers=self.num_workers)
 
