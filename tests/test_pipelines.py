@@ -202,7 +202,9 @@ def test_wrong_task_unknown_task_empty_text_and_untagged_checkpoints_are_one_err
     with pytest.raises(TransformerLabError, match="sequence_classification model: it does text-classification "
                                                   "and feature-extraction, not fill-mask"):
         pipeline("fill-mask", model=sentiment)
-    with pytest.raises(TransformerLabError, match="task=translation: not a pipeline task"):
+    with pytest.raises(TransformerLabError, match="task=summarization: not a pipeline task"):
+        pipeline("summarization", model=sentiment)
+    with pytest.raises(TransformerLabError, match="it does text-classification and feature-extraction, not translation"):
         pipeline("translation", model=sentiment)
     with pytest.raises(TransformerLabError, match="text is empty"):
         pipeline(model=sentiment)("  ")
