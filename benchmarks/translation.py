@@ -110,20 +110,15 @@ def translate(kind: str, model, preprocessor, sources: list[str], beams: int, ba
     in the order given; the same token budget for both (tasks/translation.decoding_budget)."""
     import torch
 
+    from transformer_lab.data.translation import length_sorted_batches
     from transformer_lab.tasks.translation import decoding_budget
 
     model.eval()
-    encoded = preprocessor.encode_sources(sources)
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    encoded = preprocessor.encode(sources)
     out: list[str | None] = [None] * len(encoded)
     with torch.no_grad():
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            length = max(len(encoded[i]) for i in rows)
-            input_ids = torch.full((len(rows), length), preprocessor.pad_id, dtype=torch.long)
-            for row, i in enumerate(rows):
-                input_ids[row, :len(encoded[i])] = torch.tensor(encoded[i])
-            budget = decoding_budget(length, model.config.max_len if kind == "ours"
+        for rows, input_ids in length_sorted_batches(encoded, batch_size, preprocessor.pad_id):
+            budget = decoding_budget(input_ids.shape[1], model.config.max_len if kind == "ours"
                                      else model.config.max_position_embeddings)
             if kind == "ours":
                 tokens = model.generate(input_ids, budget, num_beams=beams).tolist()
@@ -253,9 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             scores = corpus_scores(hypotheses, references)
             result[f"{prefix}bleu_{split}"], result[f"{prefix}chrf_{split}"] = (round(scores["bleu"], 2),
                                                                               round(scores["chrf"], 2))
-            for i in range(5):
-                samples.setdefault(split, [{"source": sources[i], "reference": references[i]} for i in range(5)])
-                samples[split][i][t.name] = hypotheses[i]
+            shown = samples.setdefault(split, [{"source": s, "reference": r} for s, r in zip(sources[:5], references)])
+            for sample, hypothesis in zip(shown, hypotheses):
+                sample[t.name] = hypothesis
     result["samples"] = samples
     result["wall_seconds"] = round(time.perf_counter() - started, 1)
     atomic_write_json(args.out, result)

@@ -248,11 +248,9 @@ class TranslationPreprocessor(TokenizerPreprocessor):
             raise DataError(f"the tokenizer lacks {SPECIAL[ids.index(None)]} (train it with prepare_translation)")
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids
 
-    def encode_sources(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids[:self.max_len - 1] + [self.eos_id] for e in self.tokenizer.encode_batch(texts)]
-
-    def encode_targets(self, texts: list[str]) -> list[list[int]]:
-        """Each target's tokens and the end token, cut so that the start token still fits in max_len."""
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Each sentence's tokens and the end token, cut to max_len (a target's to max_len - 1
+        tokens and the end token, so that the start token in front of it still fits)."""
         return [e.ids[:self.max_len - 1] + [self.eos_id] for e in self.tokenizer.encode_batch(texts)]
 
     def decode(self, ids: list[int]) -> str:
@@ -265,8 +263,8 @@ class TranslationPreprocessor(TokenizerPreprocessor):
 class PairDataset(Dataset):
     def __init__(self, pairs: list[tuple[str, str]], preprocessor: TranslationPreprocessor):
         self.pairs = pairs
-        self.sources = preprocessor.encode_sources([s for s, _ in pairs])
-        self.targets = preprocessor.encode_targets([t for _, t in pairs])
+        self.sources = preprocessor.encode([s for s, _ in pairs])
+        self.targets = preprocessor.encode([t for _, t in pairs])
 
     def __len__(self) -> int:
         return len(self.pairs)
@@ -303,21 +301,30 @@ class LengthBucketSampler(Sampler[list[int]]):
                    for start in range(0, len(self.lengths), self.batch_size * self.pool))
 
 
+def pad_ids(rows: list[list[int]], value: int) -> torch.Tensor:
+    """Id lists as one (rows, longest) tensor, filled after each row's end with `value`."""
+    padded = torch.full((len(rows), max(len(row) for row in rows)), value, dtype=torch.long)
+    for index, row in enumerate(rows):
+        padded[index, :len(row)] = torch.tensor(row)
+    return padded
+
+
+def length_sorted_batches(encoded: list[list[int]], batch_size: int, pad_id: int):
+    """(row indices, padded source ids) of batches of similar length, shortest first: what
+    translating a list of sentences decodes in (less padding, fewer steps per batch)."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        yield rows, pad_ids([encoded[i] for i in rows], pad_id)
+
+
 def collate(items: list[dict], pad_id: int, bos_id: int) -> dict:
     """Padded source ids, decoder inputs (start token + target, shifted right), labels (target,
     padding = IGNORE_INDEX) and the reference texts (for BLEU)."""
-    source_len = max(len(item["source"]) for item in items)
-    target_len = max(len(item["target"]) for item in items)
-    input_ids = torch.full((len(items), source_len), pad_id, dtype=torch.long)
-    decoder_input_ids = torch.full((len(items), target_len), pad_id, dtype=torch.long)
-    labels = torch.full((len(items), target_len), IGNORE_INDEX, dtype=torch.long)
-    for row, item in enumerate(items):
-        source, target = item["source"], item["target"]
-        input_ids[row, :len(source)] = torch.tensor(source)
-        decoder_input_ids[row, :len(target)] = torch.tensor([bos_id, *target[:-1]])
-        labels[row, :len(target)] = torch.tensor(target)
-    return {"input_ids": input_ids, "decoder_input_ids": decoder_input_ids, "labels": labels,
-            "references": [item["reference"] for item in items]}
+    targets = [item["target"] for item in items]
+    return {"input_ids": pad_ids([item["source"] for item in items], pad_id),
+            "decoder_input_ids": pad_ids([[bos_id, *target[:-1]] for target in targets], pad_id),
+            "labels": pad_ids(targets, IGNORE_INDEX), "references": [item["reference"] for item in items]}
 
 
 class TranslationDataModule(L.LightningDataModule):

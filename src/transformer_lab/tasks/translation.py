@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.bert import IGNORE_INDEX
-from transformer_lab.data.translation import TranslationPreprocessor
+from transformer_lab.data.translation import TranslationPreprocessor, length_sorted_batches
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.seq2seq import Seq2SeqConfig, TransformerSeq2Seq
 from transformer_lab.tasks.inference import inference
@@ -112,17 +112,10 @@ class TranslationTask(TokenThroughput, NamesItsFamily, L.LightningModule):
                 max_new_tokens: int | None = None) -> list[str]:
         """Translations of raw source sentences, beam search (num_beams=1: greedy); batches of
         similar length, answers in the order given."""
-        encoded = self.preprocessor.encode_sources(list(texts))
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        encoded = self.preprocessor.encode(list(texts))
         translations: list[str | None] = [None] * len(encoded)
-        pad = self.preprocessor.pad_id
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            length = max(len(encoded[i]) for i in rows)
-            input_ids = torch.full((len(rows), length), pad, dtype=torch.long)
-            for row, i in enumerate(rows):
-                input_ids[row, :len(encoded[i])] = torch.tensor(encoded[i])
-            budget = max_new_tokens or decoding_budget(length, self.model.config.max_len)
+        for rows, input_ids in length_sorted_batches(encoded, batch_size, self.preprocessor.pad_id):
+            budget = max_new_tokens or decoding_budget(input_ids.shape[1], self.model.config.max_len)
             tokens = self.model.generate(input_ids.to(self.device), budget, num_beams=num_beams,
                                          length_penalty=length_penalty)
             for i, row in zip(rows, tokens.tolist()):
@@ -134,8 +127,7 @@ class TranslationTask(TokenThroughput, NamesItsFamily, L.LightningModule):
         """The decoder's attention over the source while it reads `target` (teacher forcing):
         source tokens, target tokens (end token included), and weights (layers, heads, target, source)."""
         tokenizer = self.preprocessor.tokenizer
-        source_ids = self.preprocessor.encode_sources([source])[0]
-        target_ids = self.preprocessor.encode_targets([target])[0]
+        source_ids, target_ids = self.preprocessor.encode([source, target])
         decoder_input = [self.preprocessor.bos_id, *target_ids[:-1]]
         out = self.model(torch.tensor([source_ids], device=self.device),
                          torch.tensor([decoder_input], device=self.device), return_weights=True)
