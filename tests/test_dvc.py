@@ -64,6 +64,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "experiment" / "vit.yaml", "max_epochs", "150", "1")
     set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "30", "2")
     set_param(conf / "experiment" / "translation.yaml", "max_epochs", "8", "1")
+    set_param(conf / "experiment" / "multimodal.yaml", "max_epochs", "30", "1")
     set_param(conf / "evaluate_translation.yaml", "max_sentences", "null", "128")
     for experiment, epochs in (("bert_sentiment", "10"), ("bert_pairs", "5"), ("atis_bert", "5"), ("bert_qa", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
@@ -93,7 +94,13 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                                                        "train_tabular@tab_transformer", "train_tabular@tab_mlp",
                                                        "train_xgboost", "train_logreg", "evaluate_tabular",
                                                        "prepare_translation", "train_translation",
-                                                       "evaluate_translation"])
+                                                       "evaluate_translation", "prepare_multimodal",
+                                                       *(f"train_multimodal@{v}" for v in
+                                                         ("image", "text", "table", "joint", "late_fusion")),
+                                                       "evaluate_multimodal"])
+    variants = json.loads((project / "artifacts/multimodal/eval/comparison.json").read_text())
+    assert set(variants) == {"image", "text", "table", "joint", "late_fusion"}
+    assert all(0 <= s["test/macro_f1"] <= 1 for s in variants.values())
     comparison = json.loads((project / "artifacts/tabular/eval/comparison.json").read_text())
     assert set(comparison) == {"tab_transformer", "tab_mlp", "xgboost", "logistic_regression"}
     assert all(0 <= scores["test/auroc"] <= 1 for scores in comparison.values())
@@ -115,7 +122,8 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                  "artifacts/tabular/eval/comparison.png", "artifacts/tabular/eval/comparison.csv",
                  "artifacts/bert/sentiment_comparison/comparison.png",
                  "artifacts/bert/sentiment_comparison/comparison.csv",
-                 "artifacts/translation/eval/cross_attention.png", "artifacts/translation/eval/samples.md"):
+                 "artifacts/translation/eval/cross_attention.png", "artifacts/translation/eval/samples.md",
+                 "artifacts/multimodal/eval/comparison.png", "artifacts/multimodal/eval/attention.png"):
         assert (project / plot).is_file()
 
     # Importing the package writes __pycache__ (timestamped .pyc files) into the source folders the

@@ -26,7 +26,7 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("experiments")
     data_dir = root / "data"
     for data, extra in (("atis", ["data.builtin.n_train=200", "data.builtin.n_dev=40", "data.builtin.n_test=40"]),
-                        ("corpus", []), ("images", []), ("tabular", []),
+                        ("corpus", []), ("images", []), ("tabular", []), ("multimodal", []),
                         ("translation", ["data.builtin.n_train=200", "data.builtin.n_val=40", "data.builtin.n_test=40",
                                          "data.vocab_size=300"])):
         prepare(compose_config("prepare", [f"data={data}", f"paths.data_dir={data_dir}", *extra], root / data))
@@ -38,6 +38,7 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     (data_dir / "prepared" / "wikitext2").symlink_to(data_dir / "prepared" / "corpus")
     (data_dir / "tokenizers" / "wikitext2").symlink_to(data_dir / "tokenizers" / "corpus")
     (data_dir / "tokenizers" / "wikitext2_bpe8k").symlink_to(data_dir / "tokenizers" / "corpus")
+    (data_dir / "prepared" / "fashion").symlink_to(data_dir / "prepared" / "multimodal")  # multimodal_fashion
     (data_dir / "prepared" / "multi30k").symlink_to(data_dir / "prepared" / "translation")  # translation_multi30k
     write_toy_conll(data_dir / "conll2003")  # experiment=bert_ner reads data.data_dir (paths.data_dir/conll2003)
     # a tiny biLM for the experiments that read ELMo features (task.elmo), as `pretrain_elmo` saves one

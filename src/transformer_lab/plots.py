@@ -152,3 +152,41 @@ def model_comparison(rows: list[dict], metrics: list[str], out_png: str | Path, 
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, out_png)
+
+
+def modality_attention(products: list[dict], out_png: str | Path, title: str) -> Path:
+    """One row per product: its picture under the [CLS] attention over its patches, then the
+    attention on each word piece and on each table column, with each modality's share of the
+    whole. products: {"caption", "image" (C, H, W) uint8 or None, "patches" (grid, grid) or None,
+    "words" [(piece, weight)], "columns" [(name, weight)], "shares" {modality: weight}}."""
+    fig, axes = plt.subplots(len(products), 3, figsize=(11, 2.3 * len(products) + 0.4), squeeze=False,
+                             gridspec_kw={"width_ratios": [1, 2.2, 1.6]})
+    top = max([w for p in products for _, w in p["words"] + p["columns"]] +
+              [float(p["patches"].max()) for p in products if p["patches"] is not None] + [1e-9])
+    for row, product in enumerate(products):
+        image_ax, word_ax, column_ax = axes[row]
+        shares = ", ".join(f"{m} {s:.0%}" for m, s in product["shares"].items())
+        image_ax.set_title(f"{product['caption']}\n{shares}", fontsize=7, loc="left")
+        image_ax.axis("off")
+        if product["image"] is not None:
+            image = product["image"]
+            shown = image[0] if image.shape[0] == 1 else image.transpose(1, 2, 0)
+            height, width = shown.shape[:2]
+            image_ax.imshow(shown, cmap="gray_r" if image.shape[0] == 1 else None, interpolation="nearest")
+            if product["patches"] is not None:
+                image_ax.imshow(product["patches"], cmap="magma", alpha=0.55, vmin=0, vmax=top,
+                                extent=(0, width, height, 0), interpolation="nearest")
+        for ax, pairs, what in ((word_ax, product["words"], "word pieces"), (column_ax, product["columns"], "columns")):
+            if pairs:
+                ax.bar(range(len(pairs)), [w for _, w in pairs], color="tab:purple" if what == "columns" else "tab:blue")
+                ax.set_xticks(range(len(pairs)), [name for name, _ in pairs], rotation=60, ha="right", fontsize=7)
+                ax.set_ylim(0, top * 1.05)
+            else:
+                ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", fontsize=8)
+                ax.set_xticks([])
+            ax.tick_params(axis="y", labelsize=6)
+            if row == 0:
+                ax.set_title(f"[CLS] attention on {what}", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _save(fig, out_png)

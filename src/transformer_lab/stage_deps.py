@@ -149,7 +149,7 @@ def computed_deps(name: str, stage: dict) -> list[str]:
         for path in paths:
             template = path
             for key, value in item.items():
-                template = re.sub(rf"(?<![A-Za-z0-9_]){re.escape(value)}(?![A-Za-z0-9_])", "${item.%s}" % key, template)
+                template = re.sub(rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9_])", "${item.%s}" % key, template)
             every = all(_fill(template, other) in other_paths for other, other_paths in needed)
             entries.add(template if every else path)
     return sorted(entries)

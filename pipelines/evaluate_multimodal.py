@@ -1,0 +1,24 @@
+"""Compare the multimodal variants on one split: `python pipelines/evaluate_multimodal.py [split=test]`."""
+
+
+import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
+
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate_multimodal")
+@pipeline
+def main(cfg: DictConfig) -> None:
+    # imported here, not at the top: --help and a config Hydra rejects answer before torch loads
+    from transformer_lab.evaluation.multimodal import evaluate
+    lightning_logs_through_hydra()
+
+    for model, scores in evaluate(cfg).items():
+        print(f"{model:20s} " + " ".join(f"{k}={v:.4f}" for k, v in scores.items()))
+
+
+if __name__ == "__main__":
+    run(main)  # a failed DVC stage keeps its previous outputs
