@@ -39,12 +39,12 @@ import lightning as L
 import numpy as np
 import pandas as pd
 import torch
-import yaml
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset
 
 from transformer_lab.data.preprocessing import Preprocessor
-from transformer_lab.data.tabular import LABEL, LINE, SPLIT, TableSchema, TabularEncoder, read_table, split_rows
+from transformer_lab.data.tabular import (LABEL, LINE, SPLIT, TableSchema, TabularEncoder, read_schema_fields,
+                                          read_table, split_rows)
 from transformer_lab.data.tokenizers import train_tokenizer
 from transformer_lab.errors import DataError
 from transformer_lab.models.multimodal import MODALITIES
@@ -67,24 +67,7 @@ class MultimodalSchema:
     @classmethod
     def load(cls, path: str | Path) -> MultimodalSchema:
         path = Path(path)
-        if not path.is_file():
-            raise DataError(f"{path}: schema file not found")
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as err:
-            raise DataError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-        if not isinstance(raw, dict):
-            raise DataError(f"{path}: a schema is a mapping with name, target, image, text, categorical, continuous")
-        known = set(cls.__dataclass_fields__)
-        for key in raw:
-            if key not in known:
-                raise DataError(f"{path}: unknown schema field {key!r} (expected: {', '.join(sorted(known))})")
-        for key in ("name", "target"):
-            if not raw.get(key):
-                raise DataError(f"{path}: schema field {key!r} is required")
-        for key in ("categorical", "continuous", "missing_values"):
-            if key in raw and not isinstance(raw[key], list):
-                raise DataError(f"{path}: schema field {key!r} must be a list of column names")
+        raw = read_schema_fields(path, cls, "name, target, image, text, categorical, continuous")
         schema = cls(**raw)
         inputs = [c for c in (schema.image, schema.text) if c] + schema.categorical + schema.continuous
         if schema.target in inputs:

@@ -56,24 +56,7 @@ class TableSchema:
     @classmethod
     def load(cls, path: str | Path) -> TableSchema:
         path = Path(path)
-        if not path.is_file():
-            raise DataError(f"{path}: schema file not found")
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as err:
-            raise DataError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
-        if not isinstance(raw, dict):
-            raise DataError(f"{path}: a schema is a mapping with name, target, categorical, continuous")
-        known = set(cls.__dataclass_fields__)
-        for key in raw:
-            if key not in known:
-                raise DataError(f"{path}: unknown schema field {key!r} (expected: {', '.join(sorted(known))})")
-        for key in ("name", "target"):
-            if not raw.get(key):
-                raise DataError(f"{path}: schema field {key!r} is required")
-        for key in ("categorical", "continuous", "missing_values"):
-            if key in raw and not isinstance(raw[key], list):
-                raise DataError(f"{path}: schema field {key!r} must be a list of column names")
+        raw = read_schema_fields(path, cls, "name, target, categorical, continuous")
         schema = cls(**raw)
         columns = [schema.target, *schema.categorical, *schema.continuous]
         repeated = sorted({c for c in columns if columns.count(c) > 1})
@@ -86,6 +69,30 @@ class TableSchema:
     @property
     def features(self) -> list[str]:
         return [*self.categorical, *self.continuous]
+
+
+def read_schema_fields(path: Path, schema_class: type, described: str) -> dict:
+    """A schema file's mapping, checked against the dataclass `schema_class`: valid YAML, known
+    fields only, name and target given, the column lists lists; each problem one DataError."""
+    if not path.is_file():
+        raise DataError(f"{path}: schema file not found")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise DataError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: a schema is a mapping with {described}")
+    known = set(schema_class.__dataclass_fields__)
+    for key in raw:
+        if key not in known:
+            raise DataError(f"{path}: unknown schema field {key!r} (expected: {', '.join(sorted(known))})")
+    for key in ("name", "target"):
+        if not raw.get(key):
+            raise DataError(f"{path}: schema field {key!r} is required")
+    for key in ("categorical", "continuous", "missing_values"):
+        if key in raw and not isinstance(raw[key], list):
+            raise DataError(f"{path}: schema field {key!r} must be a list of column names")
+    return raw
 
 
 def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | None = None,
