@@ -348,8 +348,8 @@ class MultimodalPreprocessor(Preprocessor):
         """Parsed rows (read_rows' columns, HAS_IMAGE and HAS_TEXT) and their uint8 images -> inputs."""
         categorical, continuous = self.table_encoder.features(rows)
         present = torch.ones(len(rows), len(MODALITIES), dtype=torch.bool)
-        present[:, MODALITIES.index("image")] = torch.from_numpy(rows[HAS_IMAGE].to_numpy(dtype=bool))
-        present[:, MODALITIES.index("text")] = torch.from_numpy(rows[HAS_TEXT].to_numpy(dtype=bool))
+        present[:, MODALITIES.index("image")] = torch.tensor(rows[HAS_IMAGE].to_numpy(dtype=bool))
+        present[:, MODALITIES.index("text")] = torch.tensor(rows[HAS_TEXT].to_numpy(dtype=bool))
         return {"images": self.encode_images(images), "input_ids": self.encode_texts(list(rows[TEXT])),
                 "categorical": torch.from_numpy(categorical), "continuous": torch.from_numpy(continuous),
                 "present": present}
