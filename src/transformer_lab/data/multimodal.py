@@ -413,9 +413,11 @@ class MultimodalDataModule(L.LightningDataModule):
                 "max_text_len": self.preprocessor.max_text_len, "cardinalities": encoder.cardinalities,
                 "n_continuous": encoder.n_continuous, "n_classes": len(encoder.classes)}
 
-    def split_rows(self, split: str) -> tuple[pd.DataFrame, np.ndarray]:
-        """The prepared rows of one split and their images (what the evaluation also reads)."""
-        rows, images = read_prepared(self.prepared_dir)
+    def split_rows(self, split: str, prepared: tuple[pd.DataFrame, np.ndarray] | None = None
+                   ) -> tuple[pd.DataFrame, np.ndarray]:
+        """The prepared rows of one split and their images (what the evaluation also reads);
+        prepared: read_prepared's rows and images, if already read."""
+        rows, images = prepared if prepared is not None else read_prepared(self.prepared_dir)
         keep = (rows[SPLIT] == split).to_numpy()
         rows, images = rows[keep].reset_index(drop=True), images[keep]
         return rows[: self.max_examples], images[: self.max_examples]
@@ -424,8 +426,9 @@ class MultimodalDataModule(L.LightningDataModule):
         if self.sets:
             return
         lookup = {name: i for i, name in enumerate(self.preprocessor.labels)}
+        prepared = read_prepared(self.prepared_dir)  # once for the three splits
         for split in SPLITS:
-            rows, images = self.split_rows(split)
+            rows, images = self.split_rows(split, prepared)
             labels = torch.tensor([lookup[v] for v in rows[LABEL]], dtype=torch.long)
             self.sets[split] = MultimodalRows(self.preprocessor.encode_rows(rows, images), labels)
 
