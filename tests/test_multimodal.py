@@ -323,3 +323,35 @@ def test_the_attention_picture_splits_cls_over_the_modalities(trained):
         assert set(product["shares"]) == {"image", "text", "table"}
         assert 0.0 < sum(product["shares"].values()) <= 1.0 + 1e-5  # the rest is [CLS] on itself
         assert [name for name, _ in product["columns"]] == ["size", "shade", "weight"]
+
+
+@pytest.mark.slow
+def test_the_benchmark_writes_every_variant_over_seeds_and_refuses_bad_images(tmp_path):
+    """benchmarks/multimodal.py on a small catalogue for one epoch: the JSON contract (every
+    variant's acc and macro-F1 as mean/std/seeds, train seconds), the chart, and a missing
+    picture as one line, exit 2, nothing written."""
+    products = write_products(tmp_path / "fashion", n=40)
+    (products / "schema.yaml").rename(tmp_path / "schema.yaml")
+    out = tmp_path / "multimodal.json"
+    command = [PYTHON, ROOT / "benchmarks" / "multimodal.py", "--data", products, "--target", "usage",
+               "--schema", tmp_path / "schema.yaml", "--minutes", "0.5", "--epochs", "1", "--seeds", "0,1",
+               "--image-size", "8", "--min-class-rows", "2", "--set", "model.patch_size=4", "--out", out]
+    result = run(command, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    scores = json.loads(out.read_text())
+    for variant in ("image", "text", "table", "joint", "late_fusion"):
+        for metric in ("acc", "f1"):
+            entry = scores[f"{variant}_{metric}"]
+            assert len(entry["seeds"]) == 2 and all(0 <= s <= 1 for s in entry["seeds"])
+            assert entry["mean"] == pytest.approx(np.mean(entry["seeds"]), abs=1e-4)
+            assert entry["std"] == pytest.approx(np.std(entry["seeds"]), abs=1e-4)
+        assert len(scores[f"{variant}_train_seconds"]) == 2
+    assert scores["data"]["target"] == "usage" and scores["data"]["rows"] == 40
+    assert out.with_suffix(".png").is_file()
+
+    (products / "images" / "3.png").unlink()
+    out.unlink()
+    result = run(command)
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr.strip().startswith("error: ") and "3.png" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
