@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from conftest import PYTHON, ROOT, SHARED_DATA, run
 from transformer_lab.data.multimodal import MultimodalDataModule, MultimodalPreprocessor, MultimodalSchema, prepare
-from transformer_lab.errors import DataError
+from transformer_lab.errors import DataError, TransformerLabError
 from transformer_lab.models.multimodal import MODALITIES, MultimodalConfig, MultimodalTransformer
 from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
 from transformer_lab.models.vit import ViTConfig, VisionTransformer
@@ -276,6 +276,58 @@ def test_the_fashion_schema_reads_the_shared_catalogue(tmp_path):
 
 
 # --- training and evaluation ------------------------------------------------------------------
+
+@pytest.mark.parametrize("fusion", ["joint", "late"])
+def test_word_embeddings_can_start_from_minilm_with_its_tokenizer(tmp_path, fusion):
+    """data.text_tokenizer=minilm encodes the texts with MiniLM's word pieces; task.pretrained=minilm
+    copies MiniLM's word-embedding table into every text encoder, projected to the model width."""
+    from transformer_lab import published
+    from transformer_lab.tasks.multimodal import MultimodalClassificationTask
+
+    products = write_products(tmp_path / "products")
+    summary = prepare("local", str(tmp_path / "out"), schema=str(products / "schema.yaml"),
+                      local_path=str(products / "data.csv"), image_size=8, text_tokenizer="minilm")
+    minilm = published.resolve("minilm")
+    assert summary["vocab_size"] == minilm.tokenizer().get_vocab_size() and summary["text_tokenizer"] == "minilm"
+    datamodule = MultimodalDataModule(str(tmp_path / "out"))
+    ids = datamodule.preprocessor.encode_texts(["Nike running shirt"])[0]
+    expected = minilm.tokenizer().encode("Nike running shirt", add_special_tokens=False).ids
+    assert ids[: len(expected)].tolist() == expected and not ids[len(expected):].any()
+
+    config = {**datamodule.model_kwargs(), "patch_size": 4, "fusion": fusion, "text_embedding_dim": 384}
+    task = MultimodalClassificationTask(config, datamodule.preprocessor.to_state(), pretrained="minilm")
+    table = minilm.body_state_dict()["embeddings.token.weight"]
+    texts = [m for m in task.model.modules() if type(m).__name__ == "TextTokens"]
+    assert len(texts) == 1 and torch.equal(texts[0].word_embeddings.weight, table)
+    assert texts[0].word_projection.weight.shape == (task.model.config.d_model, 384)
+    datamodule.setup()
+    batch = next(iter(datamodule.train_dataloader()))
+    loss = F.cross_entropy(task.classify(batch)[0].logits, batch["labels"])
+    loss.backward()
+    assert torch.isfinite(loss) and texts[0].word_embeddings.weight.grad.abs().sum() > 0
+
+    with pytest.raises(TransformerLabError, match=r"do not fit.*text_embedding_dim"):
+        MultimodalClassificationTask({**config, "text_embedding_dim": None}, datamodule.preprocessor.to_state(),
+                                     pretrained="minilm")
+
+
+def test_word_embeddings_can_start_from_a_pretrain_bert_checkpoint(tmp_path):
+    """A checkpoint is read as data (weights_only); one that holds no BERT is one clear error."""
+    from transformer_lab.tasks.multimodal import pretrained_word_embeddings
+
+    config = {"modalities": ["text"], "vocab_size": 50, "n_classes": 2, "text_embedding_dim": 32}
+    table = torch.randn(50, 32)
+    torch.save({"state_dict": {"model.bert.embeddings.token.weight": table}, "hyper_parameters": {}},
+               tmp_path / "bert.ckpt")
+    model = MultimodalTransformer(MultimodalConfig(**config))
+    model.load_word_embeddings(pretrained_word_embeddings(str(tmp_path / "bert.ckpt")))
+    assert torch.equal(model.encoders["joint"].tokenizers["text"].word_embeddings.weight, table)
+    torch.save({"state_dict": {"model.gpt.token.weight": table}, "hyper_parameters": {}}, tmp_path / "gpt.ckpt")
+    with pytest.raises(TransformerLabError, match="not a BERT checkpoint"):
+        pretrained_word_embeddings(str(tmp_path / "gpt.ckpt"))
+    with pytest.raises(ValueError, match="no text modality"):
+        MultimodalTransformer(MultimodalConfig(modalities=["table"], n_continuous=1)).load_word_embeddings(table)
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):

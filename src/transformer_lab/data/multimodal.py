@@ -190,10 +190,14 @@ def prepare(source: str, output_dir: str, schema: str | None = None, local_path:
             image_root: str | None = None, hub_id: str | None = None, hub_split: str = "train",
             image_size: int = 32, channels: int = 3, vocab_size: int = 2000, max_text_len: int = 16,
             min_class_rows: int = 2, drop_unlabelled: bool = False, max_rows: int | None = None,
-            validation_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> dict:
+            validation_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0,
+            text_tokenizer: str | None = None) -> dict:
     """The `prepare_multimodal` stage (see the module docstring). min_class_rows: classes with fewer
     rows are dropped (and counted in the summary); drop_unlabelled: rows with an empty target are
-    dropped instead of being an error; max_rows: a seeded subset."""
+    dropped instead of being an error; max_rows: a seeded subset; text_tokenizer: None (a WordPiece
+    vocabulary of vocab_size trained on the training texts) or a pre-trained model's, for word
+    embeddings started from it (task.pretrained): minilm, a Hugging Face folder, hf:NAME, or a
+    tokenizer.json (e.g. the one `pretrain_bert` was trained with)."""
     from tqdm.auto import tqdm
 
     dropped_unlabelled = 0
@@ -264,7 +268,8 @@ def prepare(source: str, output_dir: str, schema: str | None = None, local_path:
     train = rows[rows[SPLIT] == "train"]
     encoder = TabularEncoder.fit(train, table_schema.table(), classes)
     texts = [t for t in train[TEXT] if t]
-    tokenizer = train_tokenizer("wordpiece", texts or ["[UNK]"], vocab_size, lowercase=True)
+    tokenizer = pretrained_tokenizer(text_tokenizer) if text_tokenizer else \
+        train_tokenizer("wordpiece", texts or ["[UNK]"], vocab_size, lowercase=True)
     train_images = images[(rows[SPLIT] == "train").to_numpy() & has_image].astype(np.float64) / 255
     stats = {"mean": train_images.mean(axis=(0, 2, 3)).tolist() if len(train_images) else [0.0] * channels,
              "std": (train_images.std(axis=(0, 2, 3)) + 1e-6).tolist() if len(train_images) else [1.0] * channels}
@@ -276,6 +281,7 @@ def prepare(source: str, output_dir: str, schema: str | None = None, local_path:
         "dropped_unlabelled": dropped_unlabelled,
         "rows_without_image": int((~rows[HAS_IMAGE]).sum()), "rows_without_text": int((~rows[HAS_TEXT]).sum()),
         "image_shape": [channels, image_size, image_size], "vocab_size": tokenizer.get_vocab_size(),
+        "text_tokenizer": text_tokenizer or "wordpiece (trained on the training texts)",
         "text": table_schema.text, "image": table_schema.image,
         "categorical": table_schema.categorical, "continuous": table_schema.continuous,
     }
@@ -289,6 +295,20 @@ def prepare(source: str, output_dir: str, schema: str | None = None, local_path:
         atomic_write_json(tmp / "summary.json", summary)
         (tmp / "settings.json").write_text(json.dumps({"max_text_len": max_text_len}) + "\n")
     return summary
+
+
+def pretrained_tokenizer(source: str) -> Tokenizer:
+    """A pre-trained model's tokenizer (published.py's sources) or a tokenizer.json file."""
+    from transformer_lab import published
+
+    if source.endswith(".json"):
+        if not Path(source).is_file():
+            raise DataError(f"{source}: tokenizer file not found (data.text_tokenizer)")
+        return Tokenizer.from_file(source)
+    if not published.is_published(source):
+        raise DataError(f"data.text_tokenizer={source}: expected minilm, a Hugging Face folder, hf:NAME or a "
+                        "tokenizer.json")
+    return published.resolve(source).tokenizer()
 
 
 # --- encoding ------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class MultimodalConfig:
     vocab_size: int = 2
     max_text_len: int = 16
     pad_id: int = 0
+    text_embedding_dim: int | None = None  # None = d_model; a pre-trained start's width (MiniLM 384), projected
     # table: the TabTransformer's categorical indices, continuous features one token each
     cardinalities: list[int] = field(default_factory=list)
     n_continuous: int = 0
@@ -77,6 +78,7 @@ class MultimodalConfig:
         self.d_ff = 4 * self.d_model if self.d_ff is None else self.d_ff
         self.column_embedding_dim = self.d_model // 8 if self.column_embedding_dim is None \
             else self.column_embedding_dim
+        self.text_embedding_dim = self.text_embedding_dim or self.d_model
         if "image" in self.modalities and self.image_size % self.patch_size:
             raise ValueError(f"image_size={self.image_size} is not a multiple of patch_size={self.patch_size}")
         if "table" in self.modalities and not (self.cardinalities or self.n_continuous):
@@ -106,17 +108,21 @@ class ImageTokens(nn.Module):
 
 
 class TextTokens(nn.Module):
-    """Word embeddings plus learned positions; padding positions are masked."""
+    """Word embeddings (projected to the model width when they come from a wider pre-trained
+    table) plus learned positions; padding positions are masked."""
 
     def __init__(self, c: MultimodalConfig):
         super().__init__()
         self.pad_id = c.pad_id
-        self.word_embeddings = nn.Embedding(c.vocab_size, c.d_model)
+        self.word_embeddings = nn.Embedding(c.vocab_size, c.text_embedding_dim)
+        self.word_projection = nn.Linear(c.text_embedding_dim, c.d_model) \
+            if c.text_embedding_dim != c.d_model else nn.Identity()
         self.position_embeddings = nn.Embedding(c.max_text_len, c.d_model)
 
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        return self.word_embeddings(input_ids) + self.position_embeddings(positions), input_ids != self.pad_id
+        words = self.word_projection(self.word_embeddings(input_ids))
+        return words + self.position_embeddings(positions), input_ids != self.pad_id
 
 
 class TableTokens(nn.Module):
@@ -240,6 +246,20 @@ class MultimodalTransformer(nn.Module):
         if self.absent is not None:
             raise ValueError("late fusion has no joint sequence: each modality has its own encoder")
         return self.encoders["joint"].token_spans(inputs)
+
+    def load_word_embeddings(self, weights: torch.Tensor) -> None:
+        """Start every text encoder's word embeddings from a pre-trained table (vocab, width), e.g.
+        a BERT's; the tokenizer of the data must be that model's."""
+        tables = [m.word_embeddings for m in self.modules() if isinstance(m, TextTokens)]
+        if not tables:
+            raise ValueError("the model has no text modality to start word embeddings for")
+        if tuple(weights.shape) != tuple(tables[0].weight.shape):
+            raise ValueError(f"pre-trained word embeddings {tuple(weights.shape)} do not fit the model's "
+                             f"{tuple(tables[0].weight.shape)} (vocab_size, text_embedding_dim): prepare the "
+                             "data with that model's tokenizer and set model.text_embedding_dim to its width")
+        with torch.no_grad():
+            for table in tables:
+                table.weight.copy_(weights)
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -8,7 +8,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from transformer_lab import published
+from transformer_lab.checkpoints import read_checkpoint
 from transformer_lab.data.multimodal import MultimodalPreprocessor
+from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.multimodal import MultimodalConfig, MultimodalTransformer
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.inference import batches, inference
@@ -17,19 +20,38 @@ from transformer_lab.tasks.sequence_classification import SequenceClassification
 INPUTS = ("images", "input_ids", "categorical", "continuous", "present")
 
 
+def pretrained_word_embeddings(source: str) -> torch.Tensor:
+    """A BERT's word-embedding table (vocab, width): published weights (published.py) or a
+    `pretrain_bert` checkpoint, read as data."""
+    if published.is_published(source):
+        return published.resolve(source).body_state_dict()["embeddings.token.weight"]
+    state = read_checkpoint(source, "run `dvc repro pretrain_bert`, or task.pretrained=minilm")["state_dict"]
+    if "model.bert.embeddings.token.weight" not in state:
+        raise TransformerLabError(f"{source}: not a BERT checkpoint (no model.bert.embeddings.token.weight)")
+    return state["model.bert.embeddings.token.weight"]
+
+
 class MultimodalClassificationTask(SequenceClassificationTask):
     lr_decay = "cosine"
     preprocessor_class = MultimodalPreprocessor
 
-    def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 0.05,
-                 warmup_ratio: float = 0.1, label_smoothing: float = 0.0):
+    def __init__(self, model_config: dict, preprocessor: dict, pretrained: str | None = None, lr: float = 1e-3,
+                 weight_decay: float = 0.05, warmup_ratio: float = 0.1, label_smoothing: float = 0.0):
         """preprocessor: the datamodule's MultimodalPreprocessor state (schema, table encoder,
-        tokenizer, image statistics)."""
-        super().__init__(model_config, preprocessor, None, lr, weight_decay, warmup_ratio, label_smoothing)
+        tokenizer, image statistics). pretrained: where the word embeddings start, a BERT's table:
+        minilm, a Hugging Face BERT folder, hf:NAME, or a `pretrain_bert` checkpoint; None = random.
+        The data must be prepared with that model's tokenizer (data.text_tokenizer)."""
+        super().__init__(model_config, preprocessor, pretrained, lr, weight_decay, warmup_ratio, label_smoothing)
         self.save_hyperparameters(logger=False)
 
     def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
-        return MultimodalTransformer(MultimodalConfig(**model_config))
+        model = MultimodalTransformer(MultimodalConfig(**model_config))
+        if pretrained:
+            try:
+                model.load_word_embeddings(pretrained_word_embeddings(pretrained))
+            except ValueError as err:
+                raise TransformerLabError(f"task.pretrained={pretrained}: {err}") from None
+        return model
 
     def classify(self, batch: dict) -> tuple[ModelOutput, torch.Tensor | None]:
         return self.model(**{name: batch[name] for name in INPUTS}), None
