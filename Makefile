@@ -9,7 +9,7 @@ GPU ?=
 comma := ,
 EXTRAS := dev$(if $(GPU),$(comma)gpu)
 
-.PHONY: install run test test-all deps ui clean
+.PHONY: install run test test-all deps ui server clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ deps: install           ## rewrite dvc.yaml's source/config deps to what each st
 
 ui: install             ## the MLflow UI over the project's local store, on 127.0.0.1:5000
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+
+server: install         ## a team tracking server: mlflow server on PostgreSQL, artifacts proxied, on 127.0.0.1:5000
+	$(BIN)/python -m transformer_lab.team_server --dir .team-server --host 127.0.0.1 --port 5000
 
 clean:
 	rm -rf outputs artifacts data/prepared mlflow.db mlruns

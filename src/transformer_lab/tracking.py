@@ -28,11 +28,20 @@ RUN_REFERENCE = "mlflow_run.json"
 
 
 def experiment_id(client, name: str, tracking_dir: str) -> str:
-    """The id of MLflow experiment `name`, created (artifacts where the loggers put them) if absent."""
+    """The id of MLflow experiment `name`, created (artifacts where the loggers put them) if absent.
+    Two jobs starting at once on one server both find it absent; the one that loses the race to
+    create it reads the winner's."""
+    from mlflow.exceptions import MlflowException
+
     experiment = client.get_experiment_by_name(name)
     if experiment:
         return experiment.experiment_id
-    return client.create_experiment(name, artifact_location=default_artifact_location(tracking_dir, name))
+    try:
+        return client.create_experiment(name, artifact_location=default_artifact_location(tracking_dir, name))
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_ALREADY_EXISTS" or not (experiment := client.get_experiment_by_name(name)):
+            raise
+        return experiment.experiment_id
 
 
 def check_tracking_server(tracking_uri: str, timeout_s: float = 5.0) -> None:
@@ -95,6 +104,10 @@ def build_loggers(cfg: DictConfig, resume_run_id: str | None = None) -> list[Log
             continue  # a logger switched off by an override (logger.mlflow=null)
         extra = {}
         if name == "mlflow":
+            from mlflow import MlflowClient
+
+            # created here, race-safe: the logger's own create fails when another job creates it first
+            experiment_id(MlflowClient(entry.tracking_uri), entry.experiment_name, cfg.paths.tracking_dir)
             extra["run_name"] = entry.get("run_name") or run_name(cfg.task_name, hydra_overrides())
             if resume_run_id:
                 extra["run_id"] = resume_run_id

@@ -1,0 +1,146 @@
+"""The team tracking server for real: PostgreSQL (the `pgserver` wheel's binaries) under `mlflow
+server --serve-artifacts`, started by `python -m transformer_lab.team_server`; two trainings at once
+and a two-job multirun write to it, everything is read back, the server goes down and comes back."""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from conftest import PYTHON, ROOT, free_port, run, sweep_runs
+from transformer_lab.team_server import LocalPostgres
+
+
+
+def test_an_experiment_created_by_another_job_meanwhile_is_used(tmp_path):
+    from transformer_lab.tracking import experiment_id
+
+    class LateClient(MlflowClient):  # finds nothing, as a job does whose neighbour creates it a moment later
+        looked = 0
+
+        def get_experiment_by_name(self, name):
+            self.looked += 1
+            return None if self.looked == 1 else super().get_experiment_by_name(name)
+
+    uri = f"sqlite:///{tmp_path}/race.db"
+    created = MlflowClient(uri).create_experiment("atis")
+    assert experiment_id(LateClient(uri), "atis", str(tmp_path)) == created
+
+
+def start_server(folder: Path, port: int, postgres_port: int) -> subprocess.Popen:
+    log = open(folder / "team_server.out", "a")
+    server = subprocess.Popen([PYTHON, "-m", "transformer_lab.team_server", "--dir", str(folder / "server"),
+                               "--port", str(port), "--postgres-port", str(postgres_port), "--workers", "1"],
+                              stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                if response.status == 200:
+                    return server
+        except OSError:
+            pass
+        if server.poll() is not None:
+            break
+        time.sleep(0.5)
+    server.kill()
+    pytest.fail(f"team server did not start:\n{(folder / 'team_server.out').read_text()[-3000:]}")
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=60)
+
+
+def train_command(prepared, out: Path, *overrides: str, sweep: bool = False) -> list[str]:
+    return [PYTHON, ROOT / "pipelines" / "train.py", *(["-m"] if sweep else []), "debug=smoke",
+            f"data.prepared_dir={prepared}", *overrides, f"hydra.{'sweep' if sweep else 'run'}.dir={out}"]
+
+
+@pytest.fixture
+def server_folder():
+    # run as root, PostgreSQL runs as `nobody`, who cannot enter pytest's private tmp_path
+    folder = Path(tempfile.mkdtemp(prefix="team-server-"))
+    folder.chmod(0o755)
+    yield folder
+    postgres = LocalPostgres(folder / "server", 0)
+    postgres.stop()  # whatever a failed assertion left running
+    subprocess.run(["rm", "-rf", str(folder)], check=False)
+
+
+@pytest.mark.slow
+def test_team_server_on_postgres_keeps_every_run(server_folder, prepared_atis):
+    port, postgres_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": url, "PYTHONUNBUFFERED": "1"}
+    server = start_server(server_folder, port, postgres_port)
+    try:
+        # two people's trainings at the same time, then a sweep
+        single = {heads: server_folder / f"run-{heads}" for heads in (2, 4)}
+        running = [subprocess.Popen([str(a) for a in train_command(prepared_atis, out, f"model.n_heads={heads}")],
+                                    cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                   for heads, out in single.items()]
+        outputs = [process.communicate(timeout=600)[0] for process in running]
+        for process, output in zip(running, outputs):
+            assert process.returncode == 0, output[-3000:]
+        sweep = server_folder / "sweep"
+        result = run(train_command(prepared_atis, sweep, "model.n_layers=1,2", sweep=True), env={"MLFLOW_TRACKING_URI": url})
+        assert result.returncode == 0, result.stderr[-3000:]
+
+        client = MlflowClient(url)
+        experiment = client.get_experiment_by_name("atis").experiment_id
+        for heads, out in single.items():
+            reference = json.loads((out / "mlflow_run.json").read_text())
+            stored = client.get_run(reference["run_id"])
+            assert stored.info.status == "FINISHED" and stored.data.params["model.n_heads"] == str(heads)
+            local = json.loads((out / "metrics.json").read_text())
+            assert stored.data.metrics["val/slot_f1"] == pytest.approx(local["val/slot_f1"])
+            assert [m.step for m in client.get_metric_history(stored.info.run_id, "train/loss_step")] == [0, 1, 2, 3]
+            downloaded = client.download_artifacts(stored.info.run_id, "metrics.json", str(out / "back"))
+            assert json.loads(Path(downloaded).read_text()) == local
+            [model] = client.search_logged_models([experiment], filter_string=f"source_run_id = '{stored.info.run_id}'")
+            assert (Path(client.download_artifacts(stored.info.run_id, "checkpoints", str(out / "ckpt")))
+                    / "best.ckpt").is_file()
+            assert model.source_run_id == stored.info.run_id
+        parent, jobs = sweep_runs(url, "atis")
+        jobs = [j for j in jobs if j.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        assert sorted(j.data.params["model.n_layers"] for j in jobs) == ["1", "2"]
+        assert all(j.info.status == "FINISHED" and "val/slot_f1" in j.data.metrics for j in jobs)
+        stored_ids = {r.info.run_id for r in client.search_runs([experiment])}
+        assert len(stored_ids) == 5  # 2 trainings + sweep parent + 2 jobs: nothing lost, nothing mixed
+
+        # what the server stored is in PostgreSQL, not in a file beside it
+        import psycopg2
+
+        postgres = LocalPostgres(server_folder / "server", postgres_port)
+        with psycopg2.connect(host="127.0.0.1", port=postgres_port, user="postgres", password=postgres.password,
+                              dbname="mlflow") as connection, connection.cursor() as cursor:
+            cursor.execute("SELECT run_uuid FROM runs")
+            assert {row[0] for row in cursor.fetchall()} >= stored_ids
+        # and the artifacts went through the server into its own folder
+        assert any(p.name == "best.ckpt" for p in (server_folder / "server" / "artifacts").rglob("*"))
+    finally:
+        stop_server(server)
+
+    # the server is down: a training fails at once with one line, it does not retry for minutes
+    started = time.perf_counter()
+    result = run(train_command(prepared_atis, server_folder / "while-down"), env={"MLFLOW_TRACKING_URI": url})
+    assert result.returncode != 0 and time.perf_counter() - started < 60
+    assert f"MLflow tracking server {url} does not answer" in result.stderr
+    assert not (server_folder / "while-down" / "metrics.json").exists()
+
+    server = start_server(server_folder, port, postgres_port)  # the same folder: the same store
+    try:
+        client = MlflowClient(url)
+        assert {r.info.run_id for r in client.search_runs([experiment])} == stored_ids
+        assert all(r.info.status == "FINISHED" for r in client.search_runs([experiment]))
+    finally:
+        stop_server(server)
+    assert not LocalPostgres(server_folder / "server", postgres_port).running()  # stopped with the server
