@@ -104,8 +104,13 @@ def build_loggers(cfg: DictConfig, resume_run_id: str | None = None) -> list[Log
             continue  # a logger switched off by an override (logger.mlflow=null)
         extra = {}
         if name == "mlflow":
+            from lightning.pytorch.utilities import rank_zero_only
             from mlflow import MlflowClient
 
+            if rank_zero_only.rank != 0:
+                # Only rank 0 logs. The other ranks of a torchrun/SLURM launch start at the same moment,
+                # and even constructing a client would race rank 0 to create a fresh store's tables.
+                continue
             # created here, race-safe: the logger's own create fails when another job creates it first
             experiment_id(MlflowClient(entry.tracking_uri), entry.experiment_name, cfg.paths.tracking_dir)
             extra["run_name"] = entry.get("run_name") or run_name(cfg.task_name, hydra_overrides())
