@@ -73,6 +73,19 @@ result = {"machine": {"gpus": torch.cuda.device_count(),
           "recipe": {"model": size, "context": int(context), "batch_per_device": int(batch), "steps": int(steps),
                      "precision": precision},
           "strategies": {}}
+if torch.cuda.is_available():
+    # What this GPU really delivers on a large bf16 matmul: MFU against it says how much of the
+    # reachable speed the training gets (the table's peak is the datasheet's).
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ a
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        a @ a
+    end.record()
+    torch.cuda.synchronize()
+    result["machine"]["bf16_matmul_tflops"] = 10 * 2 * 8192**3 / (start.elapsed_time(end) / 1e3) / 1e12
 for strategy in strategies.split():
     status = Path(work, f"{strategy}.status").read_text().strip()
     entry = {"status": status}
@@ -86,6 +99,9 @@ for strategy in strategies.split():
             entry[name] = statistics.median(values) if values else None
         entry["logged_steps"] = len(client.get_metric_history(run["run_id"], "perf/tokens_per_s"))
         entry["mlflow_run_id"] = run["run_id"]
+        measured = result["machine"].get("bf16_matmul_tflops")
+        if measured and entry.get("flops_per_token") and entry.get("tokens_per_s"):
+            entry["mfu_of_measured_matmul_peak"] = entry["flops_per_token"] * entry["tokens_per_s"] / (measured * 1e12)
     result["strategies"][strategy] = entry
 Path(out).parent.mkdir(parents=True, exist_ok=True)
 with tempfile.NamedTemporaryFile("w", dir=Path(out).parent, delete=False, suffix=".tmp") as tmp:

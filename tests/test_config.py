@@ -23,10 +23,29 @@ def test_distributed_strategies_instantiate(tmp_path):
     ddp = instantiate(compose_config("train", ["trainer=ddp_cpu"], tmp_path).trainer.strategy)
     assert isinstance(ddp, DDPStrategy) and ddp._process_group_backend == "gloo"
     fsdp = instantiate(compose_config("train", ["trainer=fsdp"], tmp_path).trainer.strategy)
-    assert isinstance(fsdp, FSDPStrategy)
+    assert isinstance(fsdp, FSDPStrategy) and type(fsdp).__module__ == "transformer_lab.strategies"
     assert fsdp.kwargs["auto_wrap_policy"]._module_classes == {TransformerBlock}
     spawn = compose_config("train", ["trainer=ddp_spawn"], tmp_path).trainer.strategy
     assert spawn == "ddp_spawn"
+
+
+def test_fsdp_precision_clips_by_the_norm_of_the_whole_model():
+    """Lightning's FSDP plugin refuses `gradient_clip_algorithm='norm'` (the project's default); ours
+    clips through the root module, which knows the norm over every rank's shard."""
+    import functools
+
+    import torch
+
+    from transformer_lab.strategies import NormClippingFSDPPrecision
+
+    model = torch.nn.Linear(4, 4)
+    model(torch.randn(8, 4)).pow(2).sum().mul(100).backward()
+    # the root FSDP module's method of the same name; a whole model on one process is one shard
+    model.clip_grad_norm_ = functools.partial(torch.nn.utils.clip_grad_norm_, model.parameters())
+    before = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
+    NormClippingFSDPPrecision("32-true", module=model).clip_grad_by_norm(None, 1.0)
+    after = torch.cat([p.grad.flatten() for p in model.parameters()]).norm()
+    assert before > 1.0 and after == pytest.approx(1.0, rel=1e-4)
 
 
 def test_deepspeed_configs_instantiate_their_strategies(tmp_path):
