@@ -18,6 +18,9 @@ $(BIN)/.installed: pyproject.toml
 	# DeepSpeed ships as source only: built against the torch above (build isolation would fetch another torch)
 	$(if $(GPU),$(BIN)/python -m pip install --no-build-isolation "deepspeed==0.19.8")
 	$(BIN)/python -m pip install -e ".[$(EXTRAS)]"
+	# the Optuna sweeper pins optuna<3, whose database storage (parallel sweep workers) fails on SQLAlchemy 2;
+	# it runs on the optuna the project installs (its distributions are deprecated, not removed, before 6)
+	$(BIN)/python -m pip install --no-deps "hydra-optuna-sweeper==1.3.0"
 	touch $@
 
 install: $(BIN)/.installed

@@ -1,5 +1,7 @@
 """The Hydra config tree: every option composes, bad overrides fail before any work, sweeps run."""
 
+import os
+
 import pytest
 import yaml
 from hydra.utils import instantiate
@@ -155,3 +157,37 @@ def test_slurm_launcher_config_validates_without_a_cluster(tmp_path):
     from hydra.utils import get_class
 
     assert get_class(launcher._target_).__name__ == "SlurmLauncher"  # the plugin is installed and importable
+
+
+@pytest.mark.slow
+def test_two_optuna_workers_share_one_study_and_one_parent_run(tmp_path, prepared_atis):
+    """The known workaround for the Optuna sweeper's blocking n_jobs: two processes on one study
+    in a shared database. No trial is run twice, the study's best is the best child run MLflow
+    shows, and one parent run holds every trial."""
+    import subprocess
+
+    import optuna
+
+    uri, storage = f"sqlite:///{tmp_path}/mlflow.db", f"sqlite:///{tmp_path}/optuna.db"
+    sweep = tmp_path / "sweep"
+    # created once before the workers, as the README says (`optuna create-study`): no race to create it
+    optuna.create_study(study_name="atis_encoder", storage=storage, direction="maximize")
+    workers = [subprocess.Popen(
+        [PYTHON, ROOT / "pipelines" / "train.py", "hparams_search=atis_optuna", "hydra.sweeper.n_trials=2",
+         f"hydra.sweeper.storage={storage}", f"hydra.sweep.dir={sweep}", f"hydra.sweep.subdir=worker{w}_${{hydra.job.num}}",
+         "debug=smoke", f"data.prepared_dir={prepared_atis}"],
+        cwd=ROOT, env={**os.environ, "MLFLOW_TRACKING_URI": uri}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True) for w in (1, 2)]
+    outputs = [worker.communicate(timeout=900)[0] for worker in workers]
+    for worker, output in zip(workers, outputs):
+        assert worker.returncode == 0, output[-3000:]
+
+    study = optuna.load_study(study_name="atis_encoder", storage=storage)
+    trials = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert sorted(t.number for t in trials) == [0, 1, 2, 3]  # four distinct trials, none twice
+    parent, children = sweep_runs(uri, "atis")
+    assert len(children) == 4 and all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in children)
+    assert {p.name for p in sweep.iterdir() if p.is_dir()} >= {"worker1_0", "worker1_1", "worker2_0", "worker2_1"}
+    best_child = max(children, key=lambda r: r.data.metrics["val/slot_f1"])
+    assert study.best_value == pytest.approx(best_child.data.metrics["val/slot_f1"], abs=1e-6)
+    assert study.best_params["model.n_heads"] == int(best_child.data.params["model.n_heads"])

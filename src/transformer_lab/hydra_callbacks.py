@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from omegaconf import DictConfig
 from transformer_lab.utils.io import atomic_write_json
 
 SWEEP_PARENT = "mlflow_sweep_parent.json"
+SWEEP_PARENT_CLAIM = "mlflow_sweep_parent.claim"
 
 
 def sweep_parent_run_id(sweep_dir: str | Path) -> str | None:
@@ -32,11 +34,20 @@ class MLflowSweepParent(Callback):
             return
         if int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))):
             return  # every process of a torchrun-started sweep runs this; one parent, from rank 0
+        sweep_dir = Path(config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        # Several workers of one sweep (parallel Optuna workers sharing a study, each started on
+        # its own) share the sweep folder and so one parent run: the first to claim the folder
+        # creates it, the others wait for its id.
+        try:
+            os.close(os.open(sweep_dir / SWEEP_PARENT_CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            self._wait_for_parent(sweep_dir)
+            return
         from mlflow import MlflowClient
 
         from transformer_lab import tracking
 
-        sweep_dir = Path(config.hydra.sweep.dir)
         client = MlflowClient(config.paths.mlflow_tracking_uri)
         experiment_id = tracking.experiment_id(client, config.task_name, config.paths.tracking_dir)
         overrides = " ".join(config.hydra.overrides.task)
@@ -46,12 +57,23 @@ class MLflowSweepParent(Callback):
         atomic_write_json(sweep_dir / SWEEP_PARENT, {"run_id": run.info.run_id,
                                                     "tracking_uri": config.paths.mlflow_tracking_uri})
 
+    @staticmethod
+    def _wait_for_parent(sweep_dir: Path, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not (sweep_dir / SWEEP_PARENT).is_file():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{sweep_dir / SWEEP_PARENT_CLAIM} exists but no parent run was recorded in "
+                                   f"{timeout_s:.0f} s: the worker that claimed the sweep folder failed; remove "
+                                   "the claim file or use a new hydra.sweep.dir")
+            time.sleep(0.2)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         path = Path(config.hydra.sweep.dir, SWEEP_PARENT)
         if path.is_file():
             from mlflow import MlflowClient
 
             reference = json.loads(path.read_text())
+            # with parallel workers the first to finish marks it; the others' children still log
             MlflowClient(reference["tracking_uri"]).set_terminated(reference["run_id"])
 
 
