@@ -18,7 +18,7 @@ class NormClippingFSDPPrecision(FSDPPrecision):
         super().__init__(precision, scaler)
         self.module = module
 
-    def clip_grad_by_norm(self, optimizer: Any, clip_val: int | float) -> None:
+    def clip_grad_by_norm(self, optimizer: Any, clip_val: float) -> None:
         self.module.clip_grad_norm_(clip_val)
 
 
