@@ -350,6 +350,7 @@ def trained(tmp_path_factory):
     return root, metrics, evaluate(eval_cfg)
 
 
+@pytest.mark.slow  # trains a model first (a minute): the full suite's
 def test_every_variant_trains_and_all_three_beat_any_one(trained):
     root, _, scores = trained
     assert set(scores) == {"image", "text", "table", "joint", "late_fusion"}
@@ -362,6 +363,7 @@ def test_every_variant_trains_and_all_three_beat_any_one(trained):
     assert (root / "eval" / "attention.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # trains a model first (a minute): the full suite's
 def test_the_attention_picture_splits_cls_over_the_modalities(trained):
     from transformer_lab.checkpoints import load_task
     from transformer_lab.evaluation.multimodal import cls_attention

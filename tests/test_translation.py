@@ -176,6 +176,7 @@ def trained(tmp_path_factory):
     return root, metrics, evaluate(eval_cfg)
 
 
+@pytest.mark.slow  # trains a model first (a minute): the full suite's
 def test_training_learns_and_evaluation_scores_every_split(trained):
     root, metrics, scores = trained
     assert metrics["val/bleu"] > 40  # from ~0 at the start: the model translates
@@ -189,6 +190,7 @@ def test_training_learns_and_evaluation_scores_every_split(trained):
     assert (root / "eval" / "cross_attention.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # trains a model first (a minute): the full suite's
 def test_the_trained_model_translates_through_the_pipeline(trained):
     from transformer_lab import pipeline
 
