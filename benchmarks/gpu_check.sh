@@ -9,7 +9,8 @@
 # median over the logged steps after the first 20% (compilation, allocator warm-up).
 # Environment knobs (defaults in brackets): STRATEGIES ["ddp fsdp deepspeed_stage_2"],
 # SIZE [gpt2-small], CONTEXT [1024], BATCH [16 per device], STEPS [300], PRECISION [bf16-mixed],
-# SECONDS_PER_STRATEGY [140]. A CPU rehearsal of the script itself:
+# SECONDS_PER_STRATEGY [140], EXTRA [""]: more Hydra overrides for every run (e.g. compile.enabled=true).
+# A CPU rehearsal of the script itself:
 #   STRATEGIES=ddp_cpu SIZE=tiny CONTEXT=64 BATCH=8 STEPS=20 PRECISION=32-true benchmarks/gpu_check.sh /tmp/check.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,7 @@ BATCH=${BATCH:-16}
 STEPS=${STEPS:-300}
 PRECISION=${PRECISION:-bf16-mixed}
 SECONDS_PER_STRATEGY=${SECONDS_PER_STRATEGY:-140}
+EXTRA=${EXTRA:-}
 PYTHON=${PYTHON:-python}
 WORK=outputs/gpu_check
 LOG_EVERY=10
@@ -49,7 +51,7 @@ for strategy in $STRATEGIES; do
         trainer.max_epochs=1000 "++trainer.max_steps=$STEPS" ++trainer.limit_val_batches=2 \
         trainer.check_val_every_n_epoch=1000 "trainer.log_every_n_steps=$LOG_EVERY" \
         callbacks.model_checkpoint=null callbacks.rich_progress_bar=null tracking.log_trained_model=false \
-        "hydra.run.dir=$WORK/$strategy" >"$WORK/$strategy.log" 2>&1
+        "hydra.run.dir=$WORK/$strategy" $EXTRA >"$WORK/$strategy.log" 2>&1
     status=$?
     if [ $status -eq 0 ]; then
         echo "ok" >"$WORK/$strategy.status"
@@ -71,7 +73,7 @@ result = {"machine": {"gpus": torch.cuda.device_count(),
                       "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                       "torch": torch.__version__, "cuda": torch.version.cuda},
           "recipe": {"model": size, "context": int(context), "batch_per_device": int(batch), "steps": int(steps),
-                     "precision": precision},
+                     "precision": precision, "extra_overrides": os.environ.get("EXTRA", "")},
           "strategies": {}}
 if torch.cuda.is_available():
     # What this GPU really delivers on a large bf16 matmul: MFU against it says how much of the

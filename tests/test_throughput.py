@@ -1,6 +1,7 @@
 """The throughput callback: tokens/s, model FLOPs per token, and MFU only where a peak is known."""
 
 import lightning as L
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
@@ -48,3 +49,31 @@ def test_peak_is_looked_up_by_device_name(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA GeForce RTX 3060")
     assert callback.device_peak(torch.device("cuda", 0)) is None
     assert callback.device_peak(torch.device("cpu")) is None
+
+
+@pytest.mark.slow  # six models built and stepped: half a minute
+def test_the_throughput_benchmark_writes_speeds_and_fractions_of_the_measured_peak(tmp_path):
+    """benchmarks/throughput.py, one tiny step per model: the JSON contract, each model's MFU
+    computed from its tokens/s, FLOPs per token and the measured peak; unknown sizes refused."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "throughput.json"
+    command = [sys.executable, root / "benchmarks" / "throughput.py", "--out", out, "--sizes", "tiny", "--steps", "1",
+               "--warmup", "0", "--repeat", "1", "--batch-size", "2", "--seq-len", "8"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    scores = json.loads(out.read_text())
+    assert scores["peak_fp32_tflops"] > 0
+    for model in ("bert", "gpt", "vit"):
+        speed, per_token = scores[f"{model}_tiny_ours_tokens_per_s"], scores[f"{model}_tiny_flops_per_token"]
+        assert speed > 0 and scores[f"{model}_tiny_hf_tokens_per_s"] > 0 and per_token > 0
+        assert scores[f"{model}_tiny_mfu_cpu"] == pytest.approx(
+            per_token * speed / (scores["peak_fp32_tflops"] * 1e12), rel=0.02)
+    refused = subprocess.run([*command[:2], "--out", tmp_path / "x.json", "--models", "vit", "--sizes", "gpt2-small"],
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "unknown model or size: vit gpt2-small" in refused.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -1,0 +1,269 @@
+"""Training speed against the machine's own limit: this project's BERT, GPT and ViT beside
+Hugging Face `transformers`' model of the same config, on the same batches, as a fraction of
+the matmul peak measured on the same machine in the same run.
+
+    python benchmarks/throughput.py --out FILE.json [--models bert,gpt,vit] [--sizes tiny,mini]
+                                    [--steps 10] [--warmup 2] [--repeat 3] [--batch-size 32]
+                                    [--seq-len 128] [--device auto] [--precision fp32|bf16]
+
+Peak: the FLOP/s of a large `torch.mm` (2·n³ per product; n = 2048 on a CPU, 8192 on a GPU) in
+fp32, and in bf16 where the device supports it, on the threads the benchmark uses (2 on a CPU,
+the count the tests and benchmarks here use), the median of five timed products after warm-up.
+
+Models: BERT (`BertForPreTraining` against ours, same weights, MLM + NSP loss), GPT
+(`GPT2LMHeadModel` against ours, same weights, next-token loss), both built and timed as in
+`benchmarks/hf_parity.py` (which also checks their outputs are equal); the ViT against
+`ViTForImageClassification` of the same shape (not the same weights: there is no converter,
+and speed does not depend on the values), cross-entropy over 10 classes. BERT and GPT sizes
+are the project's named sizes (`tiny` is the CPU default of the pipeline's stages, `mini` the
+next); the ViT's `tiny` is the digits model (8 x 8 pictures, 2 x 2 patches: 17 tokens) and
+`mini` stands for `vit-ti/16` on 64 x 64 pictures (17 tokens of width 192).
+
+Each model is timed in training steps (forward, loss, backward, AdamW step, zero_grad), ours
+and the reference taking turns step by step so that load on a shared machine falls on both;
+tokens/s (images/s x tokens per image for the ViT) are medians over `--repeat` repeats. FLOPs
+per token are the throughput callback's (6N for the parameter matmuls + 12·L·d·T for
+attention), so `{model}_{size}_mfu_{device}` = FLOPs per token x tokens/s / the measured peak
+of the precision trained in (fp32 on a CPU by default; `--precision bf16` autocasts).
+
+Writes: `peak_fp32_tflops`, `peak_bf16_tflops` (null where unsupported), and per model and size
+`{m}_{s}_ours_tokens_per_s`, `{m}_{s}_hf_tokens_per_s`, `{m}_{s}_ours_to_hf_speed`,
+`{m}_{s}_flops_per_token`, `{m}_{s}_ours_tflops`, `{m}_{s}_mfu_{cpu|cuda}`,
+`{m}_{s}_hf_mfu_{cpu|cuda}`, with the machine and settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+os.environ.setdefault("PROJECT_ROOT", str(ROOT))
+
+THREADS = 2
+LR = 1e-4
+VIT_SHAPES = {"tiny": ("tiny", 8, 1), "mini": ("vit-ti/16", 64, 3)}  # our size, picture side, channels
+
+
+def synchronize(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(device, dtype) -> float | None:
+    """FLOP/s of a large square matmul in dtype on device, or None where the dtype is unsupported."""
+    import torch
+
+    n = 8192 if device.type == "cuda" else 2048
+    try:
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        for _ in range(2):
+            a @ b
+    except RuntimeError:
+        return None
+    if device.type == "cpu" and dtype == torch.bfloat16 and not torch.backends.mkldnn.is_available():
+        return None
+    times = []
+    for _ in range(5):
+        synchronize(device)
+        start = time.perf_counter()
+        a @ b
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times)
+
+
+def bert_pair(size: str, device):
+    import hf_parity
+
+    config = hf_parity.reference_config(size, hf_parity.DROPOUT)
+    initial = hf_parity.hf_class("bert")(config).state_dict()
+    ours, theirs = hf_parity.paired_models(config, initial, "bert")
+    return ours, theirs, hf_parity.ours_bert_loss, hf_parity.hf_bert_loss, ours.config
+
+
+def gpt_pair(size: str, device):
+    import hf_parity
+
+    config = hf_parity.reference_gpt_config(size, hf_parity.DROPOUT)
+    initial = hf_parity.hf_class("gpt")(config).state_dict()
+    ours, theirs = hf_parity.paired_models(config, initial, "gpt")
+    return ours, theirs, hf_parity.ours_gpt_loss, hf_parity.hf_gpt_loss, ours.config
+
+
+def vit_pair(size: str, device):
+    import torch.nn.functional as F
+    from transformers import ViTConfig as HFViTConfig
+    from transformers import ViTForImageClassification
+
+    from transformer_lab.models.vit import SIZES, ViTConfig, VisionTransformer
+
+    name, side, channels = VIT_SHAPES[size]
+    ours = VisionTransformer(ViTConfig(size=name, image_size=side, in_channels=channels, n_classes=10, dropout=0.1))
+    layers, hidden, heads, patch = SIZES[name]
+    theirs = ViTForImageClassification(HFViTConfig(
+        image_size=side, patch_size=patch, num_channels=channels, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, intermediate_size=4 * hidden, hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1, num_labels=10, layer_norm_eps=1e-6))
+    ours_loss = lambda model, batch: F.cross_entropy(model(batch["images"]).logits, batch["labels"])  # noqa: E731
+    hf_loss = lambda model, batch: F.cross_entropy(model(pixel_values=batch["images"]).logits,  # noqa: E731
+                                                    batch["labels"])
+    return ours, theirs, ours_loss, hf_loss, ours.config
+
+
+def batches_for(kind: str, size: str, args, generator) -> tuple[list[dict], int]:
+    """Four batches and the tokens one training step processes."""
+    import torch
+
+    import hf_parity
+
+    if kind == "bert":
+        return [hf_parity.random_batch(generator, args.batch_size, args.seq_len, padded=False)
+                for _ in range(4)], args.batch_size * args.seq_len
+    if kind == "gpt":
+        return [hf_parity.random_gpt_batch(generator, args.batch_size, args.seq_len)
+                for _ in range(4)], args.batch_size * args.seq_len
+    name, side, channels = VIT_SHAPES[size]
+    from transformer_lab.models.vit import SIZES
+
+    tokens = (side // SIZES[name][3]) ** 2 + 1
+    return [{"images": torch.randn(args.batch_size, channels, side, side, generator=generator),
+             "labels": torch.randint(0, 10, (args.batch_size,), generator=generator)}
+            for _ in range(4)], args.batch_size * tokens
+
+
+def to_device(batch: dict, device) -> dict:
+    return {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
+
+
+def timed_steps(models: dict, losses: dict, batches: list[dict], args, device) -> dict[str, list[float]]:
+    """Seconds per training step of each model, taking turns (who goes first swaps each step)."""
+    import torch
+
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=LR) for name, model in models.items()}
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    seconds = {name: [] for name in models}
+    names = list(models)
+    for step in range(args.warmup + args.steps):
+        batch = batches[step % len(batches)]
+        for name in names if step % 2 == 0 else names[::-1]:
+            synchronize(device)
+            start = time.perf_counter()
+            with autocast:
+                loss = losses[name](models[name], batch)
+            loss.backward()
+            optimizers[name].step()
+            optimizers[name].zero_grad(set_to_none=True)
+            synchronize(device)
+            if step >= args.warmup:
+                seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def measure(kind: str, size: str, args, device, peak: float) -> dict:
+    import torch
+
+    from transformer_lab.callbacks import flops_per_token, matmul_parameters
+
+    builders = {"bert": bert_pair, "gpt": gpt_pair, "vit": vit_pair}
+    generator = torch.Generator().manual_seed(args.seed)
+    batches, tokens_per_step = batches_for(kind, size, args, generator)
+    batches = [to_device(b, device) for b in batches]
+    speeds = {"ours": [], "hf": []}
+    for repeat in range(args.repeat):
+        torch.manual_seed(args.seed + repeat)
+        ours, theirs, ours_loss, hf_loss, config = builders[kind](size, device)
+        models = {"ours": ours.to(device).train(), "hf": theirs.to(device).train()}
+        seconds = timed_steps(models, {"ours": ours_loss, "hf": hf_loss}, batches, args, device)
+        for name in speeds:
+            speeds[name].append(tokens_per_step * args.steps / sum(seconds[name]))
+        print(f"{kind} {size} repeat {repeat + 1}: ours {speeds['ours'][-1]:,.0f} tokens/s, "
+              f"hf {speeds['hf'][-1]:,.0f} tokens/s", flush=True)
+    context = tokens_per_step // args.batch_size
+    per_token = flops_per_token(matmul_parameters(ours), config.n_layers, config.d_model, context)
+    ours_speed, hf_speed = statistics.median(speeds["ours"]), statistics.median(speeds["hf"])
+    prefix = f"{kind}_{size}"
+    return {
+        f"{prefix}_ours_tokens_per_s": round(ours_speed),
+        f"{prefix}_hf_tokens_per_s": round(hf_speed),
+        f"{prefix}_ours_to_hf_speed": round(statistics.median(o / h for o, h in zip(speeds["ours"], speeds["hf"])), 3),
+        f"{prefix}_flops_per_token": per_token,
+        f"{prefix}_ours_tflops": round(per_token * ours_speed / 1e12, 4),
+        f"{prefix}_mfu_{device.type}": round(per_token * ours_speed / peak, 6),
+        f"{prefix}_hf_mfu_{device.type}": round(per_token * hf_speed / peak, 6),
+        f"{prefix}_all_speeds": {name: [round(s) for s in values] for name, values in speeds.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--models", default="bert,gpt,vit", help="comma-separated: bert, gpt, vit")
+    parser.add_argument("--sizes", default="tiny,mini",
+                        help="comma-separated named sizes, each run for every model (tiny, mini; GPT also gpt2-small)")
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps per model per repeat")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed training steps before them")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq-len", type=int, default=128, help="BERT and GPT context")
+    parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu or cuda")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: autocast, scored against the bf16 peak")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    from transformer_lab.models import bert, gpt
+
+    models = [m for m in args.models.split(",") if m]
+    sizes = [s for s in args.sizes.split(",") if s]
+    known = {"bert": set(bert.SIZES), "gpt": {n for n, shape in gpt.SIZES.items() if shape[3]}, "vit": set(VIT_SHAPES)}
+    unknown = [f"{m} {s}" for m in models for s in sizes if s not in known.get(m, ())]
+    if unknown:
+        parser.error(f"unknown model or size: {', '.join(unknown)} (BERT: {', '.join(sorted(known['bert']))}; "
+                     f"GPT, pre-norm: {', '.join(sorted(known['gpt']))}; ViT: tiny, mini)")
+
+    import torch
+
+    torch.set_num_threads(THREADS)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    peaks = {"fp32": matmul_peak(device, torch.float32), "bf16": matmul_peak(device, torch.bfloat16)}
+    bf16 = "unsupported" if peaks["bf16"] is None else f"{peaks['bf16'] / 1e12:.3f} TFLOP/s"
+    print(f"{device.type} matmul peak: fp32 {peaks['fp32'] / 1e12:.3f} TFLOP/s, bf16 {bf16}", flush=True)
+    peak = peaks[args.precision]
+    if peak is None:
+        parser.error(f"--precision {args.precision}: this device has no {args.precision} matmul")
+
+    import transformers
+
+    result = {"peak_fp32_tflops": round(peaks["fp32"] / 1e12, 4),
+              "peak_bf16_tflops": None if peaks["bf16"] is None else round(peaks["bf16"] / 1e12, 4)}
+    for kind in models:
+        for size in sizes:
+            result.update(measure(kind, size, args, device, peak))
+    result["machine"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+                         or platform.machine(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+                         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                         "torch": torch.__version__, "transformers": transformers.__version__,
+                         "python": platform.python_version()}
+    result["settings"] = {k: v for k, v in vars(args).items() if k != "out"}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(out)
+    print(json.dumps({k: v for k, v in result.items() if not k.endswith("all_speeds")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
