@@ -23,7 +23,7 @@ Each model is timed in training steps (forward, loss, backward, AdamW step, zero
 and the reference taking turns step by step so that load on a shared machine falls on both;
 tokens/s (images/s x tokens per image for the ViT) are medians over `--repeat` repeats. FLOPs
 per token are the throughput callback's (6N for the parameter matmuls + 12·L·d·T for
-attention), so `{model}_{size}_mfu_{device}` = FLOPs per token x tokens/s / the measured peak
+attention; for BERT the vocabulary projection counts only at the positions it scores), so `{model}_{size}_mfu_{device}` = FLOPs per token x tokens/s / the measured peak
 of the precision trained in (fp32 on a CPU by default; `--precision bf16` autocasts).
 
 Writes: `peak_fp32_tflops`, `peak_bf16_tflops` (null where unsupported), and per model and size
@@ -191,6 +191,9 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
               f"hf {speeds['hf'][-1]:,.0f} tokens/s", flush=True)
     context = tokens_per_step // args.batch_size
     per_token = flops_per_token(matmul_parameters(ours), config.n_layers, config.d_model, context)
+    if kind == "bert":  # the vocabulary projection runs only at the ~15% chosen positions, not at every token
+        chosen = statistics.mean(float(b["chosen"].float().mean()) for b in batches)
+        per_token -= round(6 * config.vocab_size * config.d_model * (1 - chosen))
     ours_speed, hf_speed = statistics.median(speeds["ours"]), statistics.median(speeds["hf"])
     prefix = f"{kind}_{size}"
     return {
