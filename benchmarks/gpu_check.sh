@@ -78,16 +78,10 @@ result = {"machine": {"gpus": torch.cuda.device_count(),
 if torch.cuda.is_available():
     # What this GPU really delivers on a large bf16 matmul: MFU against it says how much of the
     # reachable speed the training gets (the table's peak is the datasheet's).
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ a
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        a @ a
-    end.record()
-    torch.cuda.synchronize()
-    result["machine"]["bf16_matmul_tflops"] = 10 * 2 * 8192**3 / (start.elapsed_time(end) / 1e3) / 1e12
+    sys.path.insert(0, "benchmarks")
+    from throughput import matmul_peak
+
+    result["machine"]["bf16_matmul_tflops"] = matmul_peak(torch.device("cuda"), torch.bfloat16) / 1e12
 for strategy in strategies.split():
     status = Path(work, f"{strategy}.status").read_text().strip()
     entry = {"status": status}

@@ -223,28 +223,35 @@ RUNNERS = {"bert": {"ours": ours_bert_loss, "hf": hf_bert_loss},
            "gpt": {"ours": ours_gpt_loss, "hf": hf_gpt_loss}}
 
 
-def step_seconds(models: dict, runners: dict, batches: list[dict], warmup: int, steps: int) -> dict[str, list[float]]:
+def step_seconds(models: dict, runners: dict, batches: list[dict], warmup: int, steps: int,
+                 bf16: bool = False) -> dict[str, list[float]]:
     """Seconds of each of `steps` training steps per model, after `warmup` untimed ones.
 
     runners[name](model, batch) returns the loss of one forward. The models take turns step by
     step (who goes first swaps every step), so that load from other processes on the machine
-    falls on both alike; batches are reused in turn.
+    falls on both alike; batches are reused in turn. On a GPU each step is timed to its end
+    (synchronised); bf16: the forward under bf16 autocast.
     """
     import torch
 
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=LR) for name, model in models.items()}
     for model in models.values():
         model.train()
+    device = next(next(iter(models.values())).parameters()).device
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     seconds = {name: [] for name in models}
     names = list(models)
     for step in range(warmup + steps):
         batch = batches[step % len(batches)]
         for name in names if step % 2 == 0 else names[::-1]:
+            synchronize()
             start = time.perf_counter()
-            loss = runners[name](models[name], batch)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = runners[name](models[name], batch)
             loss.backward()
             optimizers[name].step()
             optimizers[name].zero_grad()
+            synchronize()
             if step >= warmup:
                 seconds[name].append(time.perf_counter() - start)
     return seconds

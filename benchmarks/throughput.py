@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
 THREADS = 2
-LR = 1e-4
 VIT_SHAPES = {"tiny": ("tiny", 8, 1), "mini": ("vit-ti/16", 64, 3)}  # our size, picture side, channels
 
 
@@ -146,33 +145,10 @@ def to_device(batch: dict, device) -> dict:
     return {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
 
 
-def timed_steps(models: dict, losses: dict, batches: list[dict], args, device) -> dict[str, list[float]]:
-    """Seconds per training step of each model, taking turns (who goes first swaps each step)."""
-    import torch
-
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=LR) for name, model in models.items()}
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
-    seconds = {name: [] for name in models}
-    names = list(models)
-    for step in range(args.warmup + args.steps):
-        batch = batches[step % len(batches)]
-        for name in names if step % 2 == 0 else names[::-1]:
-            synchronize(device)
-            start = time.perf_counter()
-            with autocast:
-                loss = losses[name](models[name], batch)
-            loss.backward()
-            optimizers[name].step()
-            optimizers[name].zero_grad(set_to_none=True)
-            synchronize(device)
-            if step >= args.warmup:
-                seconds[name].append(time.perf_counter() - start)
-    return seconds
-
-
 def measure(kind: str, size: str, args, device, peak: float) -> dict:
     import torch
 
+    import hf_parity
     from transformer_lab.callbacks import flops_per_token, matmul_parameters
 
     builders = {"bert": bert_pair, "gpt": gpt_pair, "vit": vit_pair}
@@ -184,7 +160,8 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
         torch.manual_seed(args.seed + repeat)
         ours, theirs, ours_loss, hf_loss, config = builders[kind](size, device)
         models = {"ours": ours.to(device).train(), "hf": theirs.to(device).train()}
-        seconds = timed_steps(models, {"ours": ours_loss, "hf": hf_loss}, batches, args, device)
+        seconds = hf_parity.step_seconds(models, {"ours": ours_loss, "hf": hf_loss}, batches, args.warmup,
+                                         args.steps, bf16=args.precision == "bf16")
         for name in speeds:
             speeds[name].append(tokens_per_step * args.steps / sum(seconds[name]))
         print(f"{kind} {size} repeat {repeat + 1}: ours {speeds['ours'][-1]:,.0f} tokens/s, "
