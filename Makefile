@@ -8,26 +8,31 @@ TORCH_SPEC ?= torch==2.13.0
 GPU ?=
 comma := ,
 EXTRAS := dev$(if $(GPU),$(comma)gpu)
+UV_VERSION ?= 0.13.9
+UV = $(BIN)/uv pip install --python $(BIN)/python
 
 .PHONY: install run test test-all deps ui server clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install --upgrade pip "uv==$(UV_VERSION)"
+	# torch through pip: pip finds the CPU wheel this machine keeps on disk (uv would download a CUDA build)
 	$(BIN)/python -m pip install "$(TORCH_SPEC)"
 	# DeepSpeed ships as source only: built against the torch above (build isolation would fetch another torch)
 	$(if $(GPU),$(BIN)/python -m pip install --no-build-isolation "deepspeed==0.19.8")
-	$(BIN)/python -m pip install -e ".[$(EXTRAS)]"
+	# the rest through uv: the same resolution as pip's, in seconds rather than minutes; the torch above satisfies it
+	$(UV) -e ".[$(EXTRAS)]"
 	# the Optuna sweeper pins optuna<3, whose database storage (parallel sweep workers) fails on SQLAlchemy 2;
 	# it runs on the optuna the project installs (its distributions are deprecated, not removed, before 6)
-	$(BIN)/python -m pip install --no-deps "hydra-optuna-sweeper==1.3.0"
+	$(UV) --no-deps "hydra-optuna-sweeper==1.3.0"
 	touch $@
 
 install: $(BIN)/.installed
 
 run: install            ## the whole DVC pipeline on the embedded default data
 	test -d .dvc || $(BIN)/dvc init --no-scm -q
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/dvc repro
+	# the stages start in one warm interpreter (transformer_lab/warm_start.py): Lightning and torch imported once
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_lab.warm_start $(BIN)/dvc repro
 
 test: install           ## the quick suite: every test but the end-to-end runs of the real tools (under 5 min)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -m "not slow"

@@ -26,3 +26,13 @@ def _use_project_python() -> None:
 
 
 _use_project_python()
+
+
+def _hand_over_to_warm_interpreter() -> None:
+    # under `python -m transformer_lab.warm_start dvc repro` (make run): no imports of our own here
+    from transformer_lab.warm_start import hand_over
+
+    hand_over(sys.argv[0])
+
+
+_hand_over_to_warm_interpreter()

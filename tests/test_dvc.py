@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 
 
-def dvc(project: Path, *args: str, succeeds: bool = True, activated: bool = False) -> subprocess.CompletedProcess:
+def dvc(project: Path, *args: str, succeeds: bool = True, activated: bool = False,
+        warm: bool = False) -> subprocess.CompletedProcess:
     # `.venv/bin/dvc ...` from a fresh shell: the venv is not on PATH (a stage's `python3` is some
     # other Python, which hands over to the project's .venv), and no tracking URI is set (the
     # default local store). activated: after `source .venv/bin/activate`, which the queue needs
@@ -24,7 +25,8 @@ def dvc(project: Path, *args: str, succeeds: bool = True, activated: bool = Fals
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PROJECT_ROOT", "VIRTUAL_ENV")}
     others = [p for p in env["PATH"].split(os.pathsep) if Path(p) != BIN]
     env["PATH"] = os.pathsep.join([str(project / ".venv" / "bin"), *others] if activated else others)
-    result = subprocess.run([str(project / ".venv" / "bin" / "dvc"), *args], cwd=project, env=env,
+    wrapper = [str(project / ".venv" / "bin" / "python"), "-m", "transformer_lab.warm_start"] if warm else []
+    result = subprocess.run([*wrapper, str(project / ".venv" / "bin" / "dvc"), *args], cwd=project, env=env,
                             capture_output=True, text=True, timeout=1800)  # a hang guard, not a speed check: 6 min on CI, 18 on a busy 2-core VM
     assert (result.returncode == 0) == succeeds, \
         f"dvc {' '.join(args)}: exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
@@ -80,7 +82,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     git(project, "commit", "-qm", "tiny")
     (project / ".venv").symlink_to(BIN.parent)  # a user's clone has its own .venv (git-ignored)
 
-    first = dvc(project, "repro")
+    first = dvc(project, "repro", warm=True)
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
                                                        "pretrain_elmo", "evaluate_elmo", "train_atis_no_elmo",
@@ -137,7 +139,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     trained = project / "artifacts/atis/train"
     before = {p: p.read_bytes() for p in [trained / "metrics.json", trained / "checkpoints/best.ckpt"]}
     set_param(conf / "task" / "joint_intent_slot.yaml", "lr", "1.0e-3", "fast")
-    failed = dvc(project, "repro", "train_atis", succeeds=False)
+    failed = dvc(project, "repro", "train_atis", succeeds=False, warm=True)
     assert "task.lr='fast': expected a number" in failed.stderr and "previous outputs are back" in failed.stderr
     assert {p: p.read_bytes() for p in before} == before
     set_param(conf / "task" / "joint_intent_slot.yaml", "lr", "fast", "1.0e-3")
