@@ -165,14 +165,16 @@ def check_text(text, what: str = "text") -> str:
     return text
 
 
-def warn_if_cut(tokenizer, texts: list[str], max_tokens: int) -> None:
-    """The warning for inputs longer than the model reads (they are cut to max_tokens)."""
+def warn_if_cut(tokenizer, texts: list[str], max_tokens: int) -> list[int]:
+    """The warning for inputs longer than the model reads (they are cut to max_tokens); returns
+    each input's token count."""
     lengths = [len(encoding.ids) for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)]
     long = [(i, n) for i, n in enumerate(lengths) if n > max_tokens]
     if long:
         i, n = long[0]
         warnings.warn(f"{len(long)} input(s) longer than the model reads (input {i}: {n} tokens): "
                       f"cut to the first {max_tokens}", stacklevel=3)
+    return lengths
 
 
 SPACED = re.compile(r"\S+")  # ATIS's words: as typed, split at spaces
@@ -231,6 +233,25 @@ def read_image(image, channels: int, size: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------
+# Running the model
+
+
+def by_length(run_batch, items: list, lengths: list[int], batch_size: int) -> list:
+    """run_batch(batch) -> one result per item, over the items in batches of batch_size of like
+    length, longest first; the results in the items' order. A batch is padded to its longest
+    input: batched in the order given, half the positions of SST-2's sentences at batch 32 are
+    padding, an eighth in length order. The outputs do not depend on the batching (beyond float
+    rounding: padded keys are masked out)."""
+    order = sorted(range(len(items)), key=lambda i: -lengths[i])
+    results = [None] * len(items)
+    for start in range(0, len(order), batch_size):
+        batch = order[start:start + batch_size]
+        for i, result in zip(batch, run_batch([items[i] for i in batch]), strict=True):
+            results[i] = result
+    return results
+
+
+# ------------------------------------------------------------------------------------------------
 # The pipelines
 
 
@@ -268,9 +289,13 @@ class TextClassificationPipeline(Pipeline):
             texts.append(tuple(check_text(t) for t in item) if isinstance(item, (tuple, list)) else check_text(item))
         preprocessor = self.model.preprocessor
         if hasattr(preprocessor, "tokenizer"):
-            warn_if_cut(preprocessor.tokenizer, [t if isinstance(t, str) else " ".join(t) for t in texts],
-                        preprocessor.max_len - 2)
-        probabilities = self.model.predict(texts, batch_size=batch_size)
+            lengths = warn_if_cut(preprocessor.tokenizer, [t if isinstance(t, str) else " ".join(t) for t in texts],
+                                  preprocessor.max_len - 2)
+        else:
+            lengths = [len(str(text)) for text in texts]
+        # one predict call a batch: predict pads all the texts it is given to the longest of them
+        probabilities = by_length(lambda batch: self.model.predict(batch, batch_size=batch_size),
+                                  texts, lengths, batch_size)
         return [ranked(row, preprocessor.labels, top_k) for row in probabilities]
 
 
@@ -290,17 +315,24 @@ class TokenClassificationPipeline(Pipeline):
         texts = [check_text(text) for text in inputs]
         tokenizer = self.model.preprocessor.tokenizer if self.loaded.family == "token_classification" else None
         words = [split_words(text, tokenizer) for text in texts]
-        plain = [[w for w, _, _ in row] for row in words]
+        max_words = getattr(self.model.model.config, "max_len", None) if tokenizer is None else None  # ATIS taggers
+        for row in words:
+            if max_words and len(row) > max_words - 1:
+                warnings.warn(f"{len(row)} words; the model tags the first {max_words - 1}", stacklevel=3)
+        # characters: a length that costs nothing and follows the count of word pieces
+        return by_length(lambda batch: self.tag(batch, batch_size), list(zip(texts, words)),
+                         [len(text) for text in texts], batch_size)
+
+    def tag(self, texts_and_words: list[tuple[str, list]], batch_size: int) -> list[dict]:
+        """The results of texts and their words (split_words)."""
+        plain = [[w for w, _, _ in row] for _, row in texts_and_words]
         results = []
         if self.loaded.family == "token_classification":
-            for text, row, (tags, scores) in zip(texts, words, self.model.predict_scored(plain, batch_size)):
+            for (text, row), (tags, scores) in zip(texts_and_words, self.model.predict_scored(plain, batch_size)):
                 results.append({"entities": entities(row, tags, scores, text), "words": [w for w, _, _ in row],
                                 "tags": tags})
             return results
-        max_words = getattr(self.model.model.config, "max_len", None)
-        for text, row, prediction in zip(texts, words, self.model.predict(plain, batch_size=batch_size)):
-            if max_words and len(row) > max_words - 1:
-                warnings.warn(f"{len(row)} words; the model tags the first {max_words - 1}", stacklevel=3)
+        for (text, row), prediction in zip(texts_and_words, self.model.predict(plain, batch_size=batch_size)):
             results.append({"intent": prediction["intent"],
                             "entities": entities(row, prediction["slots"], [None] * len(row), text),
                             "words": [w for w, _, _ in row], "tags": prediction["slots"]})

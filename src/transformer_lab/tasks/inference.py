@@ -23,18 +23,22 @@ def inference(method: Callable) -> Callable:
     each submodule back in its own earlier mode afterwards, also when the method raises.
 
     Per submodule rather than one `train(was_training)`: a module may hold parts in eval mode on
-    purpose (a frozen body), and a blanket train() would switch them back on."""
+    purpose (a frozen body), and a blanket train() would switch them back on. Only the flags of
+    the submodules in training mode are switched (the tasks' own train() overrides differ from
+    eval() only in what they keep in eval mode): for a loaded model, already in eval mode, that
+    is none, where eval() and a restore of every mode cost 1.5 ms a call on a 6-layer BERT task."""
 
     @functools.wraps(method)
     def wrapper(self: nn.Module, *args, **kwargs):
-        modes = [(module, module.training) for module in self.modules()]
-        self.eval()
+        training = [module for module in self.modules() if module.training]
+        for module in training:
+            module.training = False
         try:
             with torch.no_grad():
                 return method(self, *args, **kwargs)
         finally:
-            for module, training in modes:
-                module.training = training
+            for module in training:
+                module.training = True
 
     return wrapper
 
