@@ -62,13 +62,13 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "data" / "bert_pretraining.yaml", "max_documents", "null", "60")
     set_param(conf / "experiment" / "gpt_pretrain.yaml", "max_epochs", "1", "1")
     set_param(conf / "data" / "gpt_pretraining.yaml", "samples_per_epoch", "6400", "320")
-    set_param(conf / "experiment" / "gpt_sentiment.yaml", "max_epochs", "10", "1")
-    set_param(conf / "experiment" / "vit.yaml", "max_epochs", "20", "1")
+    set_param(conf / "experiment" / "gpt_sentiment.yaml", "max_epochs", "5", "1")
+    set_param(conf / "experiment" / "vit.yaml", "max_epochs", "35", "1")
     set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "30", "2")
     set_param(conf / "experiment" / "translation.yaml", "max_epochs", "3", "1")
     set_param(conf / "experiment" / "multimodal.yaml", "max_epochs", "8", "1")
     set_param(conf / "evaluate_translation.yaml", "max_sentences", "null", "128")
-    for experiment, epochs in (("bert_sentiment", "5"), ("bert_pairs", "5"), ("atis_bert", "3"), ("bert_qa", "1"),
+    for experiment, epochs in (("bert_sentiment", "5"), ("bert_pairs", "5"), ("atis_bert", "3"), ("bert_qa", "2"),
                                 ("atis_builtin", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     # every datamodule caps its splits alike (data.datamodule.max_examples): seconds per stage
