@@ -4,7 +4,8 @@ the matmul peak measured on the same machine in the same run.
 
     python benchmarks/throughput.py --out FILE.json [--models bert,gpt,vit] [--sizes tiny,mini]
                                     [--steps 10] [--warmup 2] [--repeat 3] [--batch-size 32]
-                                    [--seq-len 128] [--device auto] [--precision fp32|bf16]
+                                    [--seq-len 128] [--device auto] [--precision fp32|bf16] [--compile]
+                                    [--profile]
 
 Peak: the FLOP/s of a large `torch.mm` (2·n³ per product; n = 2048 on a CPU, 8192 on a GPU) in
 fp32, and in bf16 where the device supports it, on the threads the benchmark uses (2 on a CPU,
@@ -25,6 +26,8 @@ tokens/s (images/s x tokens per image for the ViT) are medians over `--repeat` r
 per token are the throughput callback's (6N for the parameter matmuls + 12·L·d·T for
 attention; for BERT the vocabulary projection counts only at the positions it scores), so `{model}_{size}_mfu_{device}` = FLOPs per token x tokens/s / the measured peak
 of the precision trained in (fp32 on a CPU by default; `--precision bf16` autocasts).
+`--compile` times ours through `torch.compile` (what `compile.enabled=true` does in training)
+against `transformers`' model as it ships, eager.
 
 Writes: `peak_fp32_tflops`, `peak_bf16_tflops` (null where unsupported), and per model and size
 `{m}_{s}_ours_tokens_per_s`, `{m}_{s}_hf_tokens_per_s`, `{m}_{s}_ours_to_hf_speed`,
@@ -160,6 +163,8 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
         torch.manual_seed(args.seed + repeat)
         ours, theirs, ours_loss, hf_loss, config = builders[kind](size, device)
         models = {"ours": ours.to(device).train(), "hf": theirs.to(device).train()}
+        if args.compile:  # as `compile.enabled=true` trains: inductor kernels for ours; transformers' model eager
+            models["ours"] = torch.compile(models["ours"])
         seconds = hf_parity.step_seconds(models, {"ours": ours_loss, "hf": hf_loss}, batches, args.warmup,
                                          args.steps, bf16=args.precision == "bf16")
         for name in speeds:
@@ -185,6 +190,56 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
     }
 
 
+# Where a training step's time goes, by the name of the aten operator that spends it (first match wins).
+OP_GROUPS = (("matmul", ("mm", "addmm", "bmm", "matmul", "linear", "baddbmm")),
+             ("attention", ("scaled_dot_product", "_flash_attention", "_efficient_attention")),
+             ("softmax / log-softmax", ("softmax", "log_softmax", "nll_loss", "cross_entropy")),
+             ("layer norm", ("layer_norm",)), ("gelu", ("gelu",)), ("dropout", ("dropout", "bernoulli", "native_dropout")),
+             ("optimizer", ("foreach", "adamw", "lerp", "addcdiv", "addcmul", "sqrt")),
+             ("embedding", ("embedding",)),
+             ("elementwise / copies", ("add", "mul", "div", "copy_", "clone", "fill_", "zero_", "where", "masked",
+                                       "contiguous", "transpose", "view", "reshape", "permute", "cat", "sum",
+                                       "mean", "tanh", "threshold", "index", "gather", "scatter", "to", "empty")))
+
+
+def op_group(name: str) -> str:
+    op = name.removeprefix("aten::").lower().lstrip("_").removeprefix("native_")  # _softmax, native_layer_norm
+    for group, fragments in OP_GROUPS:
+        if any(op.startswith(f) for f in fragments):
+            return group
+    return "other"
+
+
+def profile_ours(kind: str, size: str, args, device, out: Path) -> dict:
+    """torch.profiler over a few training steps of ours: each operator group's share of the step,
+    and the full table of the 30 most expensive operators next to the JSON."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import hf_parity
+
+    builders = {"bert": bert_pair, "gpt": gpt_pair, "vit": vit_pair}
+    batches, _ = batches_for(kind, size, args, torch.Generator().manual_seed(args.seed))
+    batches = [to_device(b, device) for b in batches]
+    ours, _, ours_loss, _, _ = builders[kind](size, device)
+    model = ours.to(device).train()
+    hf_parity.step_seconds({"ours": model}, {"ours": ours_loss}, batches, args.warmup, 1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        hf_parity.step_seconds({"ours": model}, {"ours": ours_loss}, batches, 0, args.steps)
+        wall = time.perf_counter() - start
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    shares: dict[str, float] = {}
+    for event in events:  # self time: each microsecond counted once, in the operator that spent it
+        shares[op_group(event.key)] = shares.get(op_group(event.key), 0.0) + event.self_cpu_time_total / 1e6
+    ops_seconds = sum(shares.values())
+    shares["python and dispatch (outside aten operators)"] = max(wall - ops_seconds, 0.0)
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
+    out.with_suffix(f".{kind}_{size}_profile.txt").write_text(table)
+    return {f"{kind}_{size}_profile_share": {g: round(t / wall, 3) for g, t in
+                                              sorted(shares.items(), key=lambda kv: -kv[1])}}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON file to write")
@@ -199,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto (cuda if present), cpu or cuda")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                         help="bf16: autocast, scored against the bf16 peak")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile ours (inductor; compilation falls in the untimed warm-up steps)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile ours (torch.profiler, --steps steps): each operator group's share of "
+                             "a step in the JSON, the top operators in OUT.<model>_<size>_profile.txt")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from transformer_lab.models import bert, gpt
@@ -230,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind in models:
         for size in sizes:
             result.update(measure(kind, size, args, device, peak))
+            if args.profile:
+                result.update(profile_ours(kind, size, args, device, Path(args.out)))
     result["machine"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
                          or platform.machine(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
                          "cpu_capability": torch.backends.cpu.get_cpu_capability(),

@@ -73,6 +73,12 @@ def test_the_throughput_benchmark_writes_speeds_and_fractions_of_the_measured_pe
         assert speed > 0 and scores[f"{model}_tiny_hf_tokens_per_s"] > 0 and per_token > 0
         assert scores[f"{model}_tiny_mfu_cpu"] == pytest.approx(
             per_token * speed / (scores["peak_fp32_tflops"] * 1e12), rel=0.02)
+    # --profile: where ours spends a step, by operator group, shares of the step's wall time
+    profiled = subprocess.run([*command, "--models", "gpt", "--profile"], capture_output=True, text=True, timeout=600)
+    assert profiled.returncode == 0, profiled.stderr[-2000:]
+    shares = json.loads(out.read_text())["gpt_tiny_profile_share"]
+    assert shares["matmul"] > 0 and shares["optimizer"] > 0 and 0.9 <= sum(shares.values()) <= 1.1
+    assert "aten::" in out.with_suffix(".gpt_tiny_profile.txt").read_text()
     refused = subprocess.run([*command[:2], "--out", tmp_path / "x.json", "--models", "vit", "--sizes", "gpt2-small"],
                              capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2 and "unknown model or size: vit gpt2-small" in refused.stderr
