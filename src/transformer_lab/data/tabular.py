@@ -10,6 +10,11 @@ A schema (YAML, `conf/schemas/*.yaml`) names the columns:
     continuous: [age, trestbps, chol, thalach, oldpeak]
     missing_values: ["?"]        # cells that mean "missing" (an empty cell always does)
 
+data.schema=infer reads the column types off the CSV instead (`infer_schema`: numbers with more
+than a few distinct values are continuous, everything else categorical, near-unique text columns
+left out as identifiers), says which column it treated how, and writes the schema it used
+beside the prepared table (schema.yaml) for the user to edit and pass back.
+
 Preparation reads the table as text, so nothing is silently converted: a continuous cell that is
 neither a number nor a missing marker is an error naming the file, line and column. The split is
 stratified and seeded (train / validation / test), with an optional stratified k-fold column for
@@ -21,11 +26,16 @@ Encoding (`TabularEncoder`, fitted on the training rows):
   continuous   missing cells imputed with the training mean, standardised with the training
                mean and standard deviation; a 0/1 missing-indicator is appended for every
                continuous column that has missing cells in the training rows
+
+The datamodule adds what the models size themselves by: quantile bin edges of every continuous
+input over the training rows (the piecewise-linear numeric encoding) and, with batch_size="auto",
+a batch size that grows with the number of training rows (`auto_batch_size`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -102,12 +112,7 @@ def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | No
     label under LABEL (labelled=False: rows to predict, no target column), and each row's line in
     the file under LINE."""
     if frame is None:
-        try:
-            frame = pd.read_csv(source, dtype=str, keep_default_na=False, skipinitialspace=True)
-        except pd.errors.EmptyDataError:
-            raise DataError(f"{source}:1: the file is empty (expected a header line naming the columns)") from None
-        except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
-            raise DataError(f"{source}: cannot read as CSV ({str(err).splitlines()[0]})") from None
+        frame = read_local_frame(source)
     absent = [c for c in [schema.target] * labelled + schema.features if c not in frame.columns]
     if absent:
         raise DataError(f"{source}: column {absent[0]!r} named in the schema is not in the file "
@@ -178,9 +183,98 @@ def split_rows(labels: np.ndarray, validation_fraction: float, test_fraction: fl
     return split, fold
 
 
+INFERRED = "infer"  # data.schema=infer: column types read off the CSV
+MAX_CATEGORICAL_NUMBERS = 10  # a numeric column with at most this many distinct values is categorical
+
+
+def infer_schema(frame: pd.DataFrame, source: str, target: str | None = None,
+                 missing_values: tuple[str, ...] = ("?", "NA")) -> tuple[TableSchema, dict[str, str]]:
+    """A schema read off a table of text cells, and for every column the reason for its type.
+    target: the label column (None = the last column). A column whose non-missing cells are all
+    numbers is continuous if it has more than MAX_CATEGORICAL_NUMBERS distinct values, else
+    categorical (codes like 1/2/3); any other column is categorical, unless nearly every row has
+    its own value (an identifier, left out)."""
+    columns = [str(c) for c in frame.columns]
+    target = columns[-1] if target is None else target
+    if target not in columns:
+        raise DataError(f"{source}: target column {target!r} (data.target) is not in the file "
+                        f"(columns: {', '.join(columns)})")
+    missing = set(missing_values) | {""}
+    categorical, continuous, reasons = [], [], {target: "target"}
+    for column in columns:
+        if column == target:
+            continue
+        cells = frame[column].astype(str).str.strip()
+        present = cells[~cells.isin(missing)]
+        distinct = present.nunique()
+        if len(present) == 0:
+            reasons[column] = "left out: every cell is missing"
+        elif pd.to_numeric(present, errors="coerce").notna().all():
+            if distinct > MAX_CATEGORICAL_NUMBERS:
+                continuous.append(column)
+                reasons[column] = f"continuous: numbers, {distinct} distinct values"
+            else:
+                categorical.append(column)
+                reasons[column] = f"categorical: numbers with only {distinct} distinct values (codes)"
+        elif distinct > 0.5 * len(present) and distinct > 50:
+            reasons[column] = f"left out: text with {distinct} distinct values in {len(present)} rows (an identifier?)"
+        else:
+            categorical.append(column)
+            reasons[column] = f"categorical: text, {distinct} distinct values"
+    if not categorical and not continuous:
+        raise DataError(f"{source}: no usable feature columns besides the target {target!r}")
+    name = Path(source).stem or "table"
+    return TableSchema(name, target, categorical, continuous, list(missing_values)), reasons
+
+
+def schema_yaml(schema: TableSchema, reasons: dict[str, str] | None = None) -> str:
+    """A schema as the YAML file conf/schemas/ holds, each column's reason as a comment."""
+    lines = [f"# inferred from the CSV (data.schema=infer); edit, then pass data.schema=THIS_FILE",
+             f"name: {schema.name}", f"target: {schema.target}"]
+    for key in ("categorical", "continuous"):
+        lines.append(f"{key}:")
+        for column in getattr(schema, key):
+            why = f"  # {reasons[column]}" if reasons and column in reasons else ""
+            lines.append(f"  - {yaml.safe_dump(column, default_style=None).splitlines()[0]}{why}")
+        if not getattr(schema, key):
+            lines[-1] += " []"
+    left_out = [c for c, why in (reasons or {}).items() if why.startswith("left out")]
+    for column in left_out:
+        lines.append(f"# {column}: {reasons[column]}")
+    lines.append(f"missing_values: {yaml.safe_dump(schema.missing_values, default_flow_style=True).strip()}")
+    return "\n".join(lines) + "\n"
+
+
+def read_local_frame(path: str | Path) -> pd.DataFrame:
+    """A CSV as text cells (nothing converted), or one DataError naming the file."""
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}:1: the file is empty (expected a header line naming the columns)") from None
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: cannot read as CSV ({str(err).splitlines()[0]})") from None
+
+
 def load_source(source: str, schema_path: str, local_path: str | None = None, hub_id: str | None = None,
-                hub_split: str = "train") -> tuple[pd.DataFrame, TableSchema, str]:
-    """The parsed table, its schema and a name for it in messages."""
+                hub_split: str = "train", target: str | None = None
+                ) -> tuple[pd.DataFrame, TableSchema, str, dict[str, str] | None]:
+    """The parsed table, its schema, a name for it in messages, and (data.schema=infer) why each
+    column got its type."""
+    if schema_path == INFERRED:
+        if source != "local":
+            raise DataError("data.schema=infer reads the types off a CSV: it needs data.source=local "
+                            "data.local_path=FILE.csv")
+        if not local_path or not Path(local_path).is_file():
+            raise DataError(f"{local_path}: file not found (data.local_path)")
+        frame = read_local_frame(local_path)
+        schema, reasons = infer_schema(frame, str(local_path), target)
+        return read_table(local_path, schema, frame), schema, str(local_path), reasons
+    table, schema, origin = load_with_schema(source, schema_path, local_path, hub_id, hub_split)
+    return table, schema, origin, None
+
+
+def load_with_schema(source: str, schema_path: str, local_path: str | None = None, hub_id: str | None = None,
+                     hub_split: str = "train") -> tuple[pd.DataFrame, TableSchema, str]:
     schema = TableSchema.load(schema_path)
     if source == "builtin":  # the Palmer penguins CSV that the palmerpenguins package ships
         from importlib.resources import files
@@ -204,10 +298,12 @@ def load_source(source: str, schema_path: str, local_path: str | None = None, hu
 
 def prepare(source: str, output_dir: str, schema: str, local_path: str | None = None,
             hub_id: str | None = None, validation_fraction: float = 0.15, test_fraction: float = 0.15,
-            seed: int = 0, folds: int = 0) -> dict:
+            seed: int = 0, folds: int = 0, target: str | None = None) -> dict:
     """Parse and validate the table, split it, fit the encoder on the training rows and write
-    table.parquet, schema.json, encoder.json and summary.json into output_dir (atomically)."""
-    table, table_schema, origin = load_source(source, schema, local_path, hub_id)
+    table.parquet, schema.json, encoder.json and summary.json into output_dir (atomically); with
+    schema="infer" also the inferred schema as schema.yaml. target: the label column of an
+    inferred schema (None = the last column)."""
+    table, table_schema, origin, reasons = load_source(source, schema, local_path, hub_id, target=target)
     classes = class_names(table, table_schema)
     labels = table[LABEL].to_numpy()
     counts = pd.Series(labels).value_counts()
@@ -229,6 +325,13 @@ def prepare(source: str, output_dir: str, schema: str, local_path: str | None = 
         atomic_write_json(tmp / "schema.json", asdict(table_schema))
         atomic_write_json(tmp / "encoder.json", encoder.to_dict())
         atomic_write_json(tmp / "summary.json", summary)
+        if reasons is not None:
+            (tmp / "schema.yaml").write_text(schema_yaml(table_schema, reasons))
+    if reasons is not None:
+        print(f"{origin}: column types inferred (data.schema=infer)")
+        for column, why in reasons.items():
+            print(f"  {column:24s} {why}")
+        print(f"  the schema: {Path(output_dir) / 'schema.yaml'} (edit it and pass data.schema=FILE to change a type)")
     return summary
 
 
@@ -396,19 +499,44 @@ class TabularRows(Dataset):
         return {"categorical": self.categorical[i], "continuous": self.continuous[i], "labels": self.labels[i]}
 
 
+def auto_batch_size(train_rows: int) -> int:
+    """A batch size for a table of train_rows: the power of two nearest train_rows / 64, within
+    32..1024 (32 on a few hundred rows, 512 from about 23,000, 1024 from about 93,000), so an
+    epoch is a few dozen steps at mid sizes, as in the FT-Transformer paper's size-dependent batches."""
+    return int(min(1024, max(32, 2 ** round(math.log2(max(train_rows, 1) / 64)))))
+
+
+def quantile_bin_edges(values: np.ndarray, n_bins: int) -> list[list[float]]:
+    """Per column of values (rows, columns): the distinct quantiles at 0, 1/n_bins, .., 1, so at
+    most n_bins bins with about as many rows in each (a column with one value gets one unit bin)."""
+    edges = []
+    for column in values.T:
+        distinct = np.unique(np.quantile(column, np.linspace(0, 1, n_bins + 1)).astype(np.float32))
+        if len(distinct) < 2:
+            distinct = np.array([distinct[0], distinct[0] + 1], dtype=np.float32)
+        edges.append([float(v) for v in distinct])
+    return edges
+
+
 class TabularDataModule(L.LightningDataModule):
     preprocessor: TabularPreprocessor
 
-    def __init__(self, prepared_dir: str, batch_size: int = 64, eval_batch_size: int = 512, fold: int | None = None,
-                 num_workers: int = 0, shuffle: bool = True, max_examples: int | None = None):
-        """fold: None = the prepared train/validation/test split; k = cross-validation fold k held out
-        as the test rows (see `fold_rows`; the encoder is then refitted on that fold's training rows).
-        shuffle=False keeps the training rows in order (comparing one process with several).
-        max_examples: rows kept per split (None = all; debug=smoke)."""
+    def __init__(self, prepared_dir: str, batch_size: int | str = "auto", eval_batch_size: int = 512,
+                 fold: int | None = None, num_workers: int = 0, shuffle: bool = True,
+                 max_examples: int | None = None, n_bins: int = 16):
+        """batch_size: an int, or "auto" (`auto_batch_size` of the training rows). fold: None = the
+        prepared train/validation/test split; k = cross-validation fold k held out as the test rows
+        (see `fold_rows`; the encoder is then refitted on that fold's training rows). shuffle=False
+        keeps the training rows in order (comparing one process with several). max_examples: rows
+        kept per split (None = all; debug=smoke). n_bins: quantile bins per continuous input for
+        the piecewise-linear encoding, their edges from the training rows only."""
         super().__init__()
+        if not (batch_size == "auto" or (isinstance(batch_size, int) and batch_size > 0)):
+            raise DataError(f"data.datamodule.batch_size={batch_size!r}; expected a positive integer or auto")
         self.save_hyperparameters()
         self.sets: dict[str, TabularRows] = {}
         self.encoder: TabularEncoder | None = None
+        self.batch_size = batch_size if isinstance(batch_size, int) else None
 
     def setup(self, stage: str | None = None) -> None:
         if self.sets:
@@ -416,6 +544,8 @@ class TabularDataModule(L.LightningDataModule):
         encoded, self.encoder = encoded_splits(self.hparams.prepared_dir, self.hparams.fold)
         cap = self.hparams.max_examples
         self.sets = {name: TabularRows(rows if cap is None else rows.head(cap)) for name, rows in encoded.items()}
+        if self.batch_size is None:
+            self.batch_size = auto_batch_size(len(self.sets["train"]))
 
     @property
     def preprocessor(self) -> TabularPreprocessor:
@@ -425,10 +555,11 @@ class TabularDataModule(L.LightningDataModule):
     def model_kwargs(self) -> dict:
         self.setup()
         return {"cardinalities": self.encoder.cardinalities, "n_continuous": self.encoder.n_continuous,
-                "n_classes": len(self.encoder.classes)}
+                "n_classes": len(self.encoder.classes),
+                "numeric_bins": quantile_bin_edges(self.sets["train"].continuous.numpy(), self.hparams.n_bins)}
 
     def _loader(self, name: str, training: bool) -> DataLoader:
-        size = self.hparams.batch_size if training else self.hparams.eval_batch_size
+        size = self.batch_size if training else self.hparams.eval_batch_size
         return DataLoader(self.sets[name], batch_size=size, shuffle=training and self.hparams.shuffle,
                           num_workers=self.hparams.num_workers)
 
@@ -437,7 +568,7 @@ class TabularDataModule(L.LightningDataModule):
         if not self.hparams.shuffle and trainer is not None and trainer.world_size > 1:
             # Lightning's own distributed sampler always shuffles training data; keep file order
             sampler = DistributedSampler(self.sets["train"], trainer.world_size, trainer.global_rank, shuffle=False)
-            return DataLoader(self.sets["train"], batch_size=self.hparams.batch_size, sampler=sampler,
+            return DataLoader(self.sets["train"], batch_size=self.batch_size, sampler=sampler,
                               num_workers=self.hparams.num_workers)
         return self._loader("train", True)
 

@@ -1,5 +1,6 @@
-"""Tabular evaluation: every trained tabular model (TabTransformer, MLP, XGBoost, logistic regression)
-scored on the same prepared split with the same metrics, as a comparison table and a bar chart."""
+"""Tabular evaluation: every trained tabular model (TabTransformer, FT-Transformer, MLP, XGBoost,
+logistic regression) scored on the same prepared split with the same metrics, as a comparison
+table and a bar chart."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def evaluate(cfg: DictConfig) -> dict:
     labels = torch.from_numpy(rows.labels)
     comparison = []
     for name, directory in cfg.models.items():
-        stage = f"train_tabular@{name}" if name.startswith("tab_") else f"train_{name}"
+        stage = {"xgboost": "train_xgboost", "logistic_regression": "train_logreg"}.get(name, f"train_tabular@{name}")
         checkpoint = Path(directory, "checkpoints", "best.ckpt")
         if checkpoint.is_file():
             task = load_task(checkpoint, TabularClassificationTask, stage)

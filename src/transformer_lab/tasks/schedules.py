@@ -30,6 +30,12 @@ def warmup_linear(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ste
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def warmup_constant(optimizer: torch.optim.Optimizer, warmup_steps: int):
+    """Linear warm-up from 0 to the base rate, then the base rate until training stops: the
+    FT-Transformer paper's schedule, where early stopping rather than a horizon ends training."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup_steps)))
+
+
 def warmup_inverse_sqrt(optimizer: torch.optim.Optimizer, warmup_steps: int):
     """The 2017 Transformer's schedule (section 5.3): linear warm-up, then decay with the inverse
     square root of the step. Here the base rate is the peak, reached at warmup_steps; the paper's
@@ -57,7 +63,8 @@ def adamw_with_warmup(module: torch.nn.Module, lr: float, weight_decay: float, t
                       warmup_steps: int, betas: tuple[float, float] = (0.9, 0.999), decay: str = "linear",
                       min_ratio: float = 0.0, eps: float = 1e-8, trainer=None) -> dict:
     """AdamW with decay on matrices only, linear warm-up, then linear decay to 0 (BERT), cosine
-    decay to min_ratio × lr (GPT) or inverse-square-root decay (the 2017 Transformer), stepped
+    decay to min_ratio × lr (GPT), inverse-square-root decay (the 2017 Transformer) or a constant
+    rate (tables, with early stopping), stepped
     every optimiser step; as configure_optimizers returns it. trainer: the Lightning trainer, whose
     precision and gradient clipping decide whether the fused kernel may be used."""
     groups = decay_groups(module, weight_decay)
@@ -74,8 +81,10 @@ def adamw_with_warmup(module: torch.nn.Module, lr: float, weight_decay: float, t
         scheduler = warmup_cosine(optimizer, total_steps, warmup_steps, min_ratio)
     elif decay == "inverse_sqrt":
         scheduler = warmup_inverse_sqrt(optimizer, warmup_steps)
+    elif decay == "constant":
+        scheduler = warmup_constant(optimizer, warmup_steps)
     else:
-        raise ValueError(f"decay={decay!r}; expected 'linear', 'cosine' or 'inverse_sqrt'")
+        raise ValueError(f"decay={decay!r}; expected 'linear', 'cosine', 'inverse_sqrt' or 'constant'")
     return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 

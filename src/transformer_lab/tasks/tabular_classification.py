@@ -1,7 +1,8 @@
 """Classification of table rows with the TabTransformer (or its MLP ablation): the sentence-
 classification task's training and logging, with accuracy, ROC-AUC and F1 (torchmetrics; binary
 scores on the positive class for two classes, macro averages otherwise), AdamW with linear
-warm-up then cosine decay."""
+warm-up, then a constant rate (the configured default: early stopping decides when training
+ends, so no horizon has to be guessed for the table's size) or a decay over max_epochs."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torchmetrics import Accuracy, AUROC, F1Score
 from transformer_lab.data.tabular import TabularPreprocessor
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
+from transformer_lab.tasks.schedules import adamw_with_warmup
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
 
@@ -40,10 +42,22 @@ class TabularClassificationTask(SequenceClassificationTask):
     preprocessor_class = TabularPreprocessor
 
     def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 1e-2,
-                 warmup_ratio: float = 0.05, label_smoothing: float = 0.0):
-        """preprocessor: the datamodule's TabularPreprocessor state (schema and fitted encoder)."""
+                 warmup_ratio: float = 0.05, label_smoothing: float = 0.0, decay: str = "linear",
+                 warmup_steps: int | None = None):
+        """preprocessor: the datamodule's TabularPreprocessor state (schema and fitted encoder).
+        decay: linear | cosine (to 0 over max_epochs) | constant (after warm-up). warmup_steps: the warm-up's
+        length in steps (None = warmup_ratio of max_epochs' steps, which means little when early
+        stopping ends the run)."""
+        if decay not in ("linear", "cosine", "constant"):
+            raise ValueError(f"decay={decay!r}; expected 'linear', 'cosine' or 'constant'")
         super().__init__(model_config, preprocessor, None, lr, weight_decay, warmup_ratio, label_smoothing)
         self.save_hyperparameters(logger=False)
+
+    def configure_optimizers(self):
+        h = self.hparams
+        total = self.trainer.estimated_stepping_batches
+        warmup = int(h.warmup_ratio * total) if h.warmup_steps is None else min(h.warmup_steps, total)
+        return adamw_with_warmup(self.model, h.lr, h.weight_decay, total, warmup, decay=h.decay, trainer=self.trainer)
 
     def build_model(self, model_config: dict, pretrained: str | None) -> nn.Module:
         return TabTransformer(TabTransformerConfig(**model_config))
