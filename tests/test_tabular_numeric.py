@@ -2,6 +2,7 @@
 periodic encodings, bins from the training rows only, schema inference, and the defaults that
 follow the table's size."""
 
+import json
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from conftest import PYTHON, ROOT, run
 from test_tabular import write_table
 from transformer_lab.callbacks import EarlyStoppingSteps
 from transformer_lab.data.tabular import (TableSchema, TabularDataModule, auto_batch_size, infer_schema, prepare,
@@ -191,3 +193,32 @@ def test_early_stopping_patience_is_counted_in_steps_and_progress_is_relative():
     for loss, waiting in ((0.010, 0), (0.0095, 1), (0.0089, 0)):
         floor._evaluate_stopping_criteria(torch.tensor(loss))
         assert floor.wait_count == waiting
+
+
+def test_a_run_ended_mid_epoch_by_max_steps_is_not_an_early_stopping_error(tmp_path):
+    # early stopping is judged after validation; at the end of a cut-short epoch there is no val/loss yet
+    from transformer_lab.train import train
+    from transformer_lab.utils.config import compose_config
+
+    prepared = tmp_path / "penguins"
+    prepare("builtin", str(prepared), str(ROOT / "conf/schemas/penguins.yaml"))
+    cfg = compose_config("train", ["experiment=tab_transformer", "logger=none", f"data.prepared_dir={prepared}",
+                                   "callbacks.rich_progress_bar=null", "++trainer.max_steps=3",
+                                   "data.datamodule.batch_size=16"], tmp_path / "run")
+    assert "callbacks" in cfg and cfg.callbacks.early_stopping.monitor == "val/loss"
+    assert "test/auroc" in train(cfg)
+
+
+def test_benchmark_runs_every_variant_on_the_same_folds(tmp_path):
+    out = tmp_path / "tabular.json"
+    result = run([PYTHON, ROOT / "benchmarks" / "tabular.py", "--census-rows", "300", "--folds", "2", "--out", out,
+                  "--models", "ft_transformer_piecewise,ft_transformer_periodic,xgboost,logreg",
+                  "--set", "trainer.max_epochs=2"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    scores = json.loads(out.read_text())
+    for model in ("ft_transformer_piecewise", "ft_transformer_periodic", "xgboost", "logreg"):
+        assert len(scores[f"{model}_auc"]["folds"]) == len(scores[f"{model}_acc"]["folds"]) == 2
+        assert 0 <= scores[f"{model}_auc"]["mean"] <= 1 and scores[f"{model}_seconds"] > 0
+    assert scores["rows"] == 300 and scores["columns"] == 14
+    assert scores["best_transformer"] in ("ft_transformer_piecewise", "ft_transformer_periodic")
+    assert "within one std of XGBoost" in result.stdout

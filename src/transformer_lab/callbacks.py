@@ -56,6 +56,9 @@ class EarlyStoppingSteps(EarlyStopping):
 
     def __init__(self, monitor: str, patience_steps: int = 200, min_patience: int = 3,
                  min_delta_ratio: float = 0.0, **kwargs):
+        # judged after each validation, never at a training epoch's end: a run that max_steps ends
+        # mid-epoch has no validation metric there yet, and Lightning would stop it with an error
+        kwargs.setdefault("check_on_train_epoch_end", False)
         super().__init__(monitor=monitor, patience=min_patience, **kwargs)
         self.patience_steps, self.min_patience, self.min_delta_ratio = patience_steps, min_patience, min_delta_ratio
         self.min_delta_absolute = abs(self.min_delta)
