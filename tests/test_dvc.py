@@ -64,7 +64,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "data" / "gpt_pretraining.yaml", "samples_per_epoch", "6400", "320")
     set_param(conf / "experiment" / "gpt_sentiment.yaml", "max_epochs", "5", "1")
     set_param(conf / "experiment" / "vit.yaml", "max_epochs", "35", "1")
-    set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "30", "2")
+    set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "100", "2")
     set_param(conf / "experiment" / "translation.yaml", "max_epochs", "3", "1")
     set_param(conf / "experiment" / "multimodal.yaml", "max_epochs", "8", "1")
     set_param(conf / "evaluate_translation.yaml", "max_sentences", "null", "128")
@@ -94,7 +94,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                                                        "finetune_atis", "finetune_qa", "pretrain_gpt",
                                                        "generate_gpt", "finetune_gpt_sentiment", "prepare_images",
                                                        "train_vit", "evaluate_vit", "prepare_tabular",
-                                                       "train_tabular@tab_transformer", "train_tabular@tab_mlp",
+                                                       "train_tabular@tab_transformer", "train_tabular@ft_transformer", "train_tabular@tab_mlp",
                                                        "train_xgboost", "train_logreg", "evaluate_tabular",
                                                        "prepare_translation", "train_translation",
                                                        "evaluate_translation", "prepare_multimodal",
@@ -105,7 +105,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     assert set(variants) == {"image", "text", "table", "joint", "late_fusion"}
     assert all(0 <= s["test/macro_f1"] <= 1 for s in variants.values())
     comparison = json.loads((project / "artifacts/tabular/eval/comparison.json").read_text())
-    assert set(comparison) == {"tab_transformer", "tab_mlp", "xgboost", "logistic_regression"}
+    assert set(comparison) == {"tab_transformer", "ft_transformer", "tab_mlp", "xgboost", "logistic_regression"}
     assert all(0 <= scores["test/auroc"] <= 1 for scores in comparison.values())
     # sentiment from three starts, side by side
     starts = json.loads((project / "artifacts/bert/sentiment_comparison/comparison.json").read_text())
@@ -203,11 +203,11 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     [queued] = [r for r in encoder_runs if r.data.params["model.n_heads"] == "2"]
     assert queued.data.tags["dvc_experiment"] == "two-heads" and queued.info.run_name == "train_atis [two-heads]"
     assert all("test/slot_f1" in r.data.metrics for r in encoder_runs)
-    # TabTransformer, MLP, XGBoost, logistic regression and their comparison: one experiment
+    # TabTransformer, FT-Transformer, MLP, XGBoost, logistic regression and their comparison: one experiment
     tabular = client.search_runs([client.get_experiment_by_name("tabular").experiment_id])
     stages = sorted(r.data.tags.get("dvc_stage") or r.info.run_name for r in tabular)
-    assert stages == ["comparison", "train_logreg", "train_tabular@tab_mlp", "train_tabular@tab_transformer",
-                      "train_xgboost"]
+    assert stages == ["comparison", "train_logreg", "train_tabular@ft_transformer", "train_tabular@tab_mlp",
+                      "train_tabular@tab_transformer", "train_xgboost"]
     assert all("eval/test/auroc" in r.data.metrics for r in tabular if r.info.run_name != "comparison")
     # JointBERT sits in the same experiment as the from-scratch encoder, to compare in the UI
     bert_runs = [r for r in runs if r.data.tags.get("dvc_stage") == "finetune_atis"]
