@@ -47,7 +47,8 @@ def train_ours(sentences, args, seed: int):
     words, counts = build_vocabulary(sentences, args.min_count)
     examples = Word2VecExamples(encode_sentences(sentences, words), keep_probabilities(counts, args.sample),
                                 args.window, args.batch_size, seed)
-    config = Word2VecConfig(vocab_size=len(words), dim=100, architecture=args.architecture, negatives=5)
+    config = Word2VecConfig(vocab_size=len(words), dim=100, architecture=args.architecture, negatives=5,
+                            shared_negatives=args.shared_negatives)
     L.seed_everything(seed, verbose=False)
     task = Word2VecTask(config.to_dict(), Word2VecPreprocessor(words, counts.tolist()).to_state(),
                         update_size=args.update_size)
@@ -97,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=float, default=1e-3)
     parser.add_argument("--architecture", choices=["skipgram", "cbow"], default="skipgram")
     parser.add_argument("--batch-size", type=int, default=32768, help="this project's centre words per training step")
-    parser.add_argument("--update-size", type=int, default=512, help="this project's centre words per SGD update")
+    parser.add_argument("--update-size", type=int, default=None,
+                        help="this project's centre words per SGD update (default: the task's, 512 skip-gram, 2048 CBOW)")
+    parser.add_argument("--shared-negatives", type=int, default=None,
+                        help="CBOW: examples sharing one draw of noise words (model.shared_negatives; default 16)")
     args = parser.parse_args(argv)
 
     import numpy as np

@@ -126,11 +126,14 @@ def test_gradients_are_sparse_rows():
     assert set(torch.nonzero(grad.to_dense().abs().sum(1)).flatten().tolist()) == {3, 4, 7}  # padding moves nothing
 
 
-@pytest.mark.parametrize("architecture", ["skipgram", "cbow"])
-@pytest.mark.parametrize("objective", ["negative", "hierarchical"])
-def test_closed_form_sgd_update_matches_autograd_and_sgd(architecture, objective):
+@pytest.mark.parametrize("architecture,objective,shared_negatives", [
+    ("skipgram", "negative", 1), ("skipgram", "hierarchical", 1), ("cbow", "hierarchical", 1),
+    ("cbow", "negative", 1), ("cbow", "negative", 2),  # 2: two groups, the second padded
+])
+def test_closed_form_sgd_update_matches_autograd_and_sgd(architecture, objective, shared_negatives):
     counts = torch.tensor([90, 60, 40, 30, 20, 12, 8, 5, 3, 2])
-    config = Word2VecConfig(vocab_size=10, dim=6, architecture=architecture, objective=objective)
+    config = Word2VecConfig(vocab_size=10, dim=6, architecture=architecture, objective=objective,
+                            shared_negatives=shared_negatives)
     ours, reference = Word2Vec(config, counts), Word2Vec(config, counts)
     torch.manual_seed(0)
     for table in (ours.input_vectors, ours.output_vectors):
@@ -147,6 +150,19 @@ def test_closed_form_sgd_update_matches_autograd_and_sgd(architecture, objective
     torch.testing.assert_close(ours.sgd_update(context, mask, centres, lr=0.1), losses.detach())
     torch.testing.assert_close(ours.input_vectors.weight, reference.input_vectors.weight)
     torch.testing.assert_close(ours.output_vectors.weight, reference.output_vectors.weight)
+
+
+def test_shared_negatives_are_one_draw_per_group_and_cbow_only():
+    model = Word2Vec(Word2VecConfig(vocab_size=10, dim=4, architecture="cbow"), torch.arange(10, 0, -1))
+    assert model.config.shared_negatives == 16  # the CBOW default
+    model.config.shared_negatives = 3
+    rows, labels, _ = model.output_rows(torch.arange(7))
+    assert rows.shape == (7, 6) and rows[:, 0].tolist() == list(range(7))
+    for group in (rows[0:3, 1:], rows[3:6, 1:]):
+        assert (group == group[0]).all()  # one draw of K noise words per group of 3
+    assert Word2VecConfig(architecture="skipgram").shared_negatives == 1
+    with pytest.raises(ValueError, match="shared_negatives"):
+        Word2VecConfig(architecture="skipgram", shared_negatives=4)
 
 
 def test_export_loads_in_gensim(tmp_path):

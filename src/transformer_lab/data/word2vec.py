@@ -9,6 +9,7 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -55,13 +56,15 @@ def training_windows(sentences: list[np.ndarray], keep: np.ndarray, window: int,
     kept = rng.random(len(tokens)) < keep[tokens]
     tokens, sentence_id = tokens[kept], sentence_id[kept]
     reach = rng.integers(1, window + 1, size=len(tokens))
-    offsets = np.array([d for d in range(-window, window + 1) if d != 0])
-    positions = np.arange(len(tokens))[:, None] + offsets[None, :]
-    inside = (positions >= 0) & (positions < len(tokens))
-    positions = np.clip(positions, 0, len(tokens) - 1)
-    valid = inside & (sentence_id[positions] == sentence_id[:, None]) & (np.abs(offsets)[None, :] <= reach[:, None])
+    # Each token's window as a strided view of padded copies (no position arrays): the
+    # padding's sentence id is -1, so it never counts as context.
+    around = np.r_[0:window, window + 1 : 2 * window + 1]  # the 2*window slots, centre left out
+    words = sliding_window_view(np.pad(tokens, window), 2 * window + 1)[:, around]
+    word_sentences = sliding_window_view(np.pad(sentence_id, window, constant_values=-1), 2 * window + 1)[:, around]
+    distance = np.abs(around - window)
+    valid = (word_sentences == sentence_id[:, None]) & (distance[None, :] <= reach[:, None])
     has_context = valid.any(1)
-    context = np.where(valid, tokens[positions], 0)[has_context]
+    context = np.where(valid, words, 0)[has_context]
     return context, valid[has_context], tokens[has_context]
 
 

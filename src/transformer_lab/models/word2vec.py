@@ -37,12 +37,22 @@ class Word2VecConfig:
     objective: str = "negative"  # negative sampling | hierarchical softmax
     negatives: int = 5
     noise_power: float = 0.75  # noise distribution = unigram^0.75
+    # CBOW with negative sampling: one draw of K noise words per group of this many examples
+    # of an update (Ji et al., 2016), scored as small matrix products; 1 = a draw per example.
+    # None: 16 for CBOW with negative sampling (1.2x the words/s of 1, agreement with gensim
+    # within noise), else 1.
+    shared_negatives: int | None = None
 
     def __post_init__(self):
         if self.architecture not in ("skipgram", "cbow"):
             raise ValueError(f"architecture={self.architecture!r}; expected 'skipgram' or 'cbow'")
         if self.objective not in ("negative", "hierarchical"):
             raise ValueError(f"objective={self.objective!r}; expected 'negative' or 'hierarchical'")
+        if self.shared_negatives is None:
+            self.shared_negatives = 16 if (self.architecture, self.objective) == ("cbow", "negative") else 1
+        if self.shared_negatives < 1 or (self.shared_negatives > 1 and (self.architecture, self.objective) != ("cbow", "negative")):
+            raise ValueError(f"shared_negatives={self.shared_negatives}: CBOW with negative sampling only, and >= 1 "
+                             "(skip-gram already shares one draw across a window)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,14 +119,18 @@ class Word2Vec(nn.Module):
         decision and a 0/1 weight, (B, M) or (1, M) when the same for all.
 
         Both objectives are a sum of logistic regressions. Negative sampling: the centre word
-        (label 1) and K noise words drawn from the unigram table (label 0). Hierarchical
+        (label 1) and K noise words drawn from the unigram table (label 0), one draw per group of
+        config.shared_negatives consecutive examples. Hierarchical
         softmax: the inner nodes on the centre's Huffman path, label 1 - code bit, padding
         weighted 0.
         """
         if self.config.objective == "negative":
-            k = self.config.negatives
-            draws = torch.randint(len(self.noise_table), (len(centres) * k,), device=centres.device)
-            rows = torch.cat([centres[:, None], self.noise_table.index_select(0, draws).view(-1, k)], dim=1)
+            k, group = self.config.negatives, self.config.shared_negatives
+            draws = torch.randint(len(self.noise_table), (-(-len(centres) // group) * k,), device=centres.device)
+            noise = self.noise_table.index_select(0, draws).view(-1, k)
+            if group > 1:
+                noise = noise.repeat_interleave(group, dim=0)[: len(centres)]
+            rows = torch.cat([centres[:, None], noise], dim=1)
             labels = torch.zeros(1, k + 1, device=centres.device)  # the same for every example: broadcast
             labels[0, 0] = 1
             return rows, labels, torch.ones_like(labels)
@@ -166,24 +180,65 @@ class Word2Vec(nn.Module):
         skips autograd's graph and the optimiser's per-step work, which cost more than the
         arithmetic at this size; a test checks it against autograd + SGD.
         """
-        used_columns = context_mask.any(0)
-        if not used_columns.all():  # window slots no example here uses: skip their padding
-            context, context_mask = context[:, used_columns], context_mask[:, used_columns]
         inputs_table, outputs_table = self.input_vectors.weight, self.output_vectors.weight
-        mask = context_mask.float()
-        vectors = inputs_table.index_select(0, context.flatten()).view(*context.shape, -1)
-        h, weight = self._hidden(vectors, mask)
         rows, labels, weights = self.output_rows(centres)
-        out = outputs_table.index_select(0, rows.flatten()).view(*rows.shape, -1)  # (B, M, d)
-        scores = torch.bmm(h, out.transpose(1, 2))  # (B, C or 1, M)
-        g = (torch.sigmoid(scores) - labels[:, None, :]) * (weights[:, None, :] * weight[..., None])
-        grad_out = torch.bmm(g.transpose(1, 2), h)  # summed over the window before the scatter
-        grad_h = torch.bmm(g, out)  # skip-gram: zero on padding, as g is
         if self.config.architecture == "cbow":
-            grad_h = grad_h * mask[..., None]  # every context word receives the full gradient (see _hidden)
-        # Adding an uncoalesced sparse tensor sums repeated rows (a noise word drawn twice moves
-        # twice) and measured faster here than index_add_.
-        for table, index, grad in ((inputs_table, context, grad_h), (outputs_table, rows, grad_out)):
-            table.add_(torch.sparse_coo_tensor(index.flatten()[None], grad.flatten(0, 1), table.shape,
-                                               check_invariants=False), alpha=-lr)
-        return self._loss(scores, labels, weights, weight)
+            # The window's mean straight from the table (embedding_bag), without a (B, C, d) copy.
+            mask = context_mask.float()
+            share = mask / mask.sum(1, keepdim=True).clamp(min=1)
+            h = F.embedding_bag(context, inputs_table, per_sample_weights=share, mode="sum")[:, None]  # (B, 1, d)
+            weight = mask.new_ones(len(mask), 1)
+        else:
+            used_columns = context_mask.any(0)
+            if not used_columns.all():  # window slots no example here uses: skip their padding
+                context, context_mask = context[:, used_columns], context_mask[:, used_columns]
+            h = inputs_table.index_select(0, context.flatten()).view(*context.shape, -1)  # (B, C, d)
+            weight = context_mask.float()
+        if self.config.shared_negatives > 1:
+            scores, h_step, out_rows, out_step = self._shared_noise_steps(h[:, 0], rows, labels, lr)
+            losses = self._loss(scores, labels, weights, weight)
+        else:
+            out = outputs_table.index_select(0, rows.flatten()).view(*rows.shape, -1)  # (B, M, d)
+            scores = torch.bmm(h, out.transpose(1, 2))  # (B, C or 1, M)
+            losses = self._loss(scores, labels, weights, weight)
+            # -lr folded into the (B, C, M) decisions, the smallest tensor the step passes through.
+            step = (torch.sigmoid(scores) - labels[:, None, :]) * (weights[:, None, :] * weight[..., None] * -lr)
+            out_rows, out_step = rows.flatten(), torch.bmm(step.transpose(1, 2), h).flatten(0, 1)  # summed over the window
+            h_step = torch.bmm(step, out)  # skip-gram: zero on padding, as the step is
+        if self.config.architecture == "cbow":  # every context word receives the full step (see _hidden)
+            example, slot = context_mask.nonzero(as_tuple=True)
+            in_rows, in_step = context[example, slot], h_step[:, 0].index_select(0, example)
+        else:
+            in_rows, in_step = context.flatten(), h_step.flatten(0, 1)
+        _scatter_add_rows(inputs_table, in_rows, in_step)
+        _scatter_add_rows(outputs_table, out_rows, out_step)
+        return losses
+
+    def _shared_noise_steps(self, h: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor, lr: float):
+        """CBOW's scores and steps when groups of G examples share their K noise words: the
+        centre words one row each, the noise as (G, d) x (d, K) products per group, so the
+        output rows gathered, stepped and scattered are B + B/G*K instead of B*(K+1).
+        Returns scores (B, 1, M), h's step (B, 1, d), the output rows and their steps."""
+        group, (batch, dim) = self.config.shared_negatives, h.shape
+        groups, outputs_table = -(-batch // group), self.output_vectors.weight
+        grouped = lambda x: F.pad(x, (0, 0, 0, groups * group - batch)).view(groups, group, -1)  # noqa: E731
+        centre_out = outputs_table.index_select(0, rows[:, 0])  # (B, d)
+        noise_rows = rows[::group, 1:]  # (groups, K)
+        noise_out = outputs_table.index_select(0, noise_rows.flatten()).view(groups, -1, dim)
+        h_grouped = grouped(h)
+        noise_scores = torch.bmm(h_grouped, noise_out.transpose(1, 2)).flatten(0, 1)[:batch]
+        scores = torch.cat([(h * centre_out).sum(1, keepdim=True), noise_scores], dim=1)  # (B, M)
+        step = (torch.sigmoid(scores) - labels) * -lr
+        centre_step, noise_step = step[:, :1], grouped(step[:, 1:])  # (B, 1), (groups, G, K)
+        h_step = centre_step * centre_out + torch.bmm(noise_step, noise_out).flatten(0, 1)[:batch]
+        out_rows = torch.cat([rows[:, 0], noise_rows.flatten()])
+        out_step = torch.cat([centre_step * h, torch.bmm(noise_step.transpose(1, 2), h_grouped).flatten(0, 1)])
+        return scores[:, None], h_step[:, None], out_rows, out_step
+
+
+def _scatter_add_rows(table: torch.Tensor, rows: torch.Tensor, values: torch.Tensor) -> None:
+    """table[rows[i]] += values[i], repeated rows summed (a noise word drawn twice moves twice).
+    scatter_add_ with a row index expanded over the columns takes PyTorch's sorted, parallel
+    CPU path: measured 2.5x faster here than adding a sparse tensor and 3x faster than
+    index_add_, with the same sums."""
+    table.scatter_add_(0, rows[:, None].expand(-1, table.shape[1]), values)

@@ -22,12 +22,17 @@ from transformer_lab.tasks.inference import inference
 
 class Word2VecTask(NamesItsFamily, L.LightningModule):
     def __init__(self, model_config: dict, preprocessor: dict, lr: float = 0.025, min_lr: float = 1e-4,
-                 update_size: int = 512):
-        """preprocessor: the datamodule's Word2VecPreprocessor state (words and their counts)."""
+                 update_size: int | None = None):
+        """preprocessor: the datamodule's Word2VecPreprocessor state (words and their counts).
+        update_size: centre words per SGD update; None = 512 for skip-gram, 2048 for CBOW, which
+        scores one averaged vector per word instead of one per context word, so that an update
+        touches about as many rows either way (CBOW measured 1.3x faster at 2048 than at 512,
+        its agreement with gensim unchanged; 8192 diverged)."""
         super().__init__()
         self.save_hyperparameters(logger=False)
         self.preprocessor = Word2VecPreprocessor.from_state(preprocessor)
         self.model = Word2Vec(Word2VecConfig(**model_config), torch.tensor(self.preprocessor.counts))
+        self.update_size = update_size or (2048 if self.model.config.architecture == "cbow" else 512)
         self.automatic_optimization = False
         self._epoch_start, self._epoch_words = 0.0, 0
 
@@ -45,7 +50,7 @@ class Word2VecTask(NamesItsFamily, L.LightningModule):
         # update follows the gradient of the summed loss: every example moves its rows by a full
         # step, as in word2vec.
         fields = [batch[k] for k in ("context", "context_mask", "centres")]
-        chunks = list(zip(*(f.split(self.hparams.update_size) for f in fields)))
+        chunks = list(zip(*(f.split(self.update_size) for f in fields)))
         total_steps = max(1, self.trainer.estimated_stepping_batches)
         losses = []
         for i, chunk in enumerate(chunks):
