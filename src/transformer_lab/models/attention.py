@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_lab.models.dropout import dropout as masked_dropout
+
 
 class KVCache:
     """One layer's keys and values of the positions seen so far, (batch, n_heads, length, d_head)."""
@@ -49,7 +51,9 @@ class KVCache:
 
 
 class MultiHeadSelfAttention(nn.Module):
-    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True,
+                 fast_dropout: bool = True):
+        """fast_dropout: cheap dropout masks on CPU (models/dropout.py), False for torch's own."""
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
@@ -60,6 +64,7 @@ class MultiHeadSelfAttention(nn.Module):
         self.v = nn.Linear(d_model, d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
+        self.fast_dropout = fast_dropout
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -124,13 +129,16 @@ class MultiHeadSelfAttention(nn.Module):
 
         dropout_p = self.dropout if self.training else 0.0
         weights = None
-        if return_weights:
-            # The fused kernel does not expose its probabilities; compute them explicitly.
+        # The fused kernel does not expose its probabilities, and on CPU with dropout it takes its
+        # math path with torch's costly masks anyway: both are computed explicitly instead.
+        cheap_masks = dropout_p > 0 and self.fast_dropout and x.device.type == "cpu"
+        if return_weights or cheap_masks:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-            weights = scores.softmax(dim=-1)
-            attended = F.dropout(weights, dropout_p, self.training) @ v
+            probabilities = scores.softmax(dim=-1)
+            attended = masked_dropout(probabilities, dropout_p, self.training, fast=self.fast_dropout) @ v
+            weights = probabilities if return_weights else None
         elif is_causal and length > 1 and key_padding_mask is None and attn_mask is None and offset == 0:
             # a plain causal mask: let the kernel build it (its fast path skips the masked half)
             attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from transformer_lab.models.dropout import Dropout
 from transformer_lab.models.blocks import TransformerBlock
 from transformer_lab.models.interop import rename
 from transformer_lab.models.outputs import ModelOutput
@@ -47,6 +48,7 @@ class BertConfig:
     max_len: int = 512
     type_vocab_size: int = 2
     dropout: float = 0.1
+    fast_dropout: bool = True  # cheap CPU dropout masks (models/dropout.py); false: torch's own
     layer_norm_eps: float = 1e-12
     pad_id: int = 0
 
@@ -72,7 +74,7 @@ class BertEmbeddings(nn.Module):
         self.segment = nn.Embedding(config.type_vocab_size, config.d_model)
         self.position = nn.Embedding(config.max_len, config.d_model)
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout, fast=config.fast_dropout)
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         length = input_ids.shape[1]
@@ -92,7 +94,7 @@ class BertModel(nn.Module):
         self.embeddings = BertEmbeddings(config)
         self.blocks = nn.ModuleList(
             TransformerBlock(config.d_model, config.n_heads, config.d_ff, dropout=config.dropout, activation="gelu",
-                             norm_first=False, layer_norm_eps=config.layer_norm_eps)
+                             norm_first=False, layer_norm_eps=config.layer_norm_eps, fast_dropout=config.fast_dropout)
             for _ in range(config.n_layers)
         )
         self.pooler = nn.Linear(config.d_model, config.d_model)
@@ -211,7 +213,7 @@ class BertForSequenceClassification(nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout, fast=config.fast_dropout)
         self.classifier = nn.Linear(config.d_model, config.n_classes)
         _init_weights(self.classifier)
 
@@ -238,7 +240,7 @@ class BertForJointIntentSlot(nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout, fast=config.fast_dropout)
         self.intent_head = nn.Linear(config.d_model, config.n_intents)
         self.slot_head = nn.Linear(config.d_model, config.n_slots)
         for module in (self.intent_head, self.slot_head):
@@ -267,7 +269,7 @@ class BertForTokenClassification(nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout, fast=config.fast_dropout)
         self.classifier = nn.Linear(config.d_model, config.n_labels)
         _init_weights(self.classifier)
 

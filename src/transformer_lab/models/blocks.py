@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from transformer_lab.models.attention import KVCache, MultiHeadSelfAttention
+from transformer_lab.models.dropout import Dropout
 
 # gelu_tanh: the tanh approximation that GPT-1 and GPT-2 were trained with ("gelu_new" in transformers)
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
@@ -15,14 +16,15 @@ ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(ap
 class FeedForward(nn.Module):
     """Position-wise feed-forward: the same two-layer MLP applied to every position."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias: bool = True,
+                 fast_dropout: bool = True):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; expected one of {sorted(ACTIVATIONS)}")
         self.fc_in = nn.Linear(d_model, d_ff, bias=bias)
         self.act = ACTIVATIONS[activation]()
         self.fc_out = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, fast=fast_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.fc_out(self.act(self.fc_in(x))))
@@ -40,13 +42,14 @@ class MixtureOfExperts(nn.Module):
     """
 
     def __init__(self, d_model: int, d_ff: int, n_experts: int = 4, top_k: int = 2, activation: str = "relu",
-                 dropout: float = 0.0, bias: bool = True):
+                 dropout: float = 0.0, bias: bool = True, fast_dropout: bool = True):
         super().__init__()
         if not 1 <= top_k <= n_experts:
             raise ValueError(f"moe_top_k={top_k} must be between 1 and n_experts={n_experts}")
         self.top_k = top_k
         self.router = nn.Linear(d_model, n_experts, bias=False)
-        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, activation, dropout, bias) for _ in range(n_experts))
+        self.experts = nn.ModuleList(FeedForward(d_model, d_ff, activation, dropout, bias, fast_dropout)
+                                     for _ in range(n_experts))
         self.aux_loss = torch.zeros(())
         self.last_choice: torch.Tensor | None = None  # (tokens, top_k) expert ids, for inspection
 
@@ -92,26 +95,29 @@ class TransformerBlock(nn.Module):
         moe_top_k: int = 2,
         bias: bool = True,
         cross_attention: bool = False,
+        fast_dropout: bool = True,
     ):
         """The three sizes by position, every option by name (so that adding one shifts no caller).
         ffn: "dense" (one feed-forward) or "moe" (n_experts of them, each token routed to moe_top_k).
-        bias=False drops the additive biases of every linear layer and LayerNorm."""
+        bias=False drops the additive biases of every linear layer and LayerNorm.
+        fast_dropout: cheap dropout masks on CPU (models/dropout.py); False for torch's own."""
         super().__init__()
         self.norm_first = norm_first
-        self.attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout, bias=bias)
+        self.attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout, bias=bias, fast_dropout=fast_dropout)
         self.ln1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         if ffn == "dense":
-            self.mlp = FeedForward(d_model, d_ff, activation, dropout, bias)
+            self.mlp = FeedForward(d_model, d_ff, activation, dropout, bias, fast_dropout)
         elif ffn == "moe":
-            self.mlp = MixtureOfExperts(d_model, d_ff, n_experts, moe_top_k, activation, dropout, bias)
+            self.mlp = MixtureOfExperts(d_model, d_ff, n_experts, moe_top_k, activation, dropout, bias, fast_dropout)
         else:
             raise ValueError(f"ffn={ffn!r}; expected 'dense' or 'moe'")
         self.ln2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.cross_attn = self.ln_cross = None
         if cross_attention:
-            self.cross_attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout, bias=bias)
+            self.cross_attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout, bias=bias,
+                                                     fast_dropout=fast_dropout)
             self.ln_cross = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout, fast=fast_dropout)
 
     def forward(
         self,

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from transformer_lab.models.dropout import Dropout
 from transformer_lab.models.blocks import TransformerBlock
 from transformer_lab.models.crf import LinearChainCRF
 from transformer_lab.models.elmo import END_OF_SENTENCE, CharacterEncoder, ElmoBiLM, ElmoConfig, ScalarMix, spelling
@@ -37,6 +38,7 @@ class EncoderConfig:
     n_layers: int = 2
     d_ff: int | None = None  # None = 4 * d_model, as in the 2017 paper
     dropout: float = 0.1
+    fast_dropout: bool = True  # cheap CPU dropout masks (models/dropout.py); false: torch's own
     activation: str = "relu"
     norm_first: bool = False
     positional: str = "learned"  # learned | sinusoidal | rope (rotary, on queries and keys)
@@ -85,10 +87,11 @@ class TransformerEncoder(nn.Module):
         rope = config.positional == "rope"
         self.position = None if rope else positional_encoding(config.positional, config.max_len, config.d_model)
         self.rotary = RotaryEmbedding(config.d_model // config.n_heads) if rope else None
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout, fast=config.fast_dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(config.d_model, config.n_heads, config.d_ff, dropout=config.dropout,
-                             activation=config.activation, norm_first=config.norm_first)
+                             activation=config.activation, norm_first=config.norm_first,
+                             fast_dropout=config.fast_dropout)
             for _ in range(config.n_layers)
         )
         # Pre-norm blocks leave the residual stream un-normalised; close it with a final LayerNorm.
@@ -165,7 +168,8 @@ class JointIntentSlotModel(nn.Module):
         hidden = config.slot_hidden or config.d_model
         self.intent_head = nn.Linear(config.d_model, config.n_intents)
         self.slot_head = nn.Sequential(
-            nn.Linear(config.d_model, hidden), nn.ReLU(), nn.Dropout(config.dropout), nn.Linear(hidden, config.n_slots)
+            nn.Linear(config.d_model, hidden), nn.ReLU(), Dropout(config.dropout, fast=config.fast_dropout),
+            nn.Linear(hidden, config.n_slots),
         )
         self.crf = LinearChainCRF(config.n_slots) if config.crf else None
 

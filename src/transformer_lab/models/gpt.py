@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models.attention import KVCache
+from transformer_lab.models.dropout import Dropout
 from transformer_lab.models.blocks import MixtureOfExperts, TransformerBlock
 from transformer_lab.models.interop import rename
 from transformer_lab.models.outputs import ModelOutput
@@ -61,6 +62,7 @@ class GPTConfig:
     max_len: int = 1024  # context length (block size)
     position: str = "learned"  # learned | sinusoidal | rope
     dropout: float = 0.1
+    fast_dropout: bool = True  # cheap CPU dropout masks (models/dropout.py); false: torch's own
     activation: str = "gelu_tanh"
     layer_norm_eps: float = 1e-5
     ffn: str = "dense"  # dense | moe
@@ -97,12 +99,12 @@ class GPTModel(nn.Module):
         self.position = None if config.position == "rope" else positional_encoding(
             config.position, config.max_len, config.d_model)
         self.rotary = RotaryEmbedding(config.d_model // config.n_heads) if config.position == "rope" else None
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout, fast=config.fast_dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(config.d_model, config.n_heads, config.d_ff, dropout=config.dropout,
                              activation=config.activation, norm_first=config.norm_first,
                              layer_norm_eps=config.layer_norm_eps, ffn=config.ffn, n_experts=config.n_experts,
-                             moe_top_k=config.moe_top_k, bias=config.bias)
+                             moe_top_k=config.moe_top_k, bias=config.bias, fast_dropout=config.fast_dropout)
             for _ in range(config.n_layers)
         )
         self.final_norm = (nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
@@ -280,7 +282,7 @@ class GPTForSequenceClassification(GPTLMHeadModel):
         if config.combine not in ("single", "sum", "choices"):
             raise ValueError(f"combine={config.combine!r}; expected single, sum or choices")
         super().__init__(config)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout, fast=config.fast_dropout)
         self.classifier = nn.Linear(config.d_model, 1 if config.combine == "choices" else config.n_classes)
         init_gpt_weights(self.classifier, config.n_layers)
 

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 from torch import nn
 
+from transformer_lab.models.dropout import Dropout
 from transformer_lab.models.blocks import TransformerBlock
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.tab_transformer import CategoricalEmbedding
@@ -48,6 +49,7 @@ class MultimodalConfig:
     n_heads: int | None = None
     d_ff: int | None = None  # None = 4 * d_model
     dropout: float = 0.1
+    fast_dropout: bool = True  # cheap CPU dropout masks (models/dropout.py); false: torch's own
     layer_norm_eps: float = 1e-6
     # image: the ViT's patches
     image_size: int = 8
@@ -162,10 +164,10 @@ class MultimodalEncoder(nn.Module):
         self.tokenizers = nn.ModuleDict({m: TOKENIZERS[m](c) for m in c.modalities})
         self.modality_embeddings = nn.Embedding(len(MODALITIES), c.d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model))
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout, fast=c.fast_dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, activation="gelu", norm_first=True,
-                             layer_norm_eps=c.layer_norm_eps)
+                             layer_norm_eps=c.layer_norm_eps, fast_dropout=c.fast_dropout)
             for _ in range(c.n_layers))
         self.final_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)
 
@@ -216,7 +218,7 @@ class MultimodalTransformer(nn.Module):
             self.encoders = nn.ModuleDict({m: MultimodalEncoder(replace(c, modalities=[m])) for m in c.modalities})
             self.absent = nn.Parameter(torch.zeros(len(c.modalities), c.d_model))
             width = len(c.modalities) * c.d_model
-            self.head = nn.Sequential(nn.Linear(width, width), nn.GELU(), nn.Dropout(c.dropout),
+            self.head = nn.Sequential(nn.Linear(width, width), nn.GELU(), Dropout(c.dropout, fast=c.fast_dropout),
                                       nn.Linear(width, c.n_classes))
         self.apply(_init_weights)
 

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.models.attention import KVCache
+from transformer_lab.models.dropout import Dropout
 from transformer_lab.models.blocks import TransformerBlock
 from transformer_lab.models.interop import rename
 from transformer_lab.models.outputs import ModelOutput
@@ -57,6 +58,7 @@ class Seq2SeqConfig:
     d_ff: int | None = None
     max_len: int = 256  # longest source or target, in tokens
     dropout: float = 0.1
+    fast_dropout: bool = True  # cheap CPU dropout masks (models/dropout.py); false: torch's own
     activation: str = "relu"
     norm_first: bool = False  # False: the paper's post-norm blocks
     position: str = "sinusoidal"  # sinusoidal | learned
@@ -116,12 +118,12 @@ class TransformerSeq2Seq(nn.Module):
                                  else nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id))
         self.position = positional_encoding(c.position, c.max_len, c.d_model, layout=c.sinusoidal_layout)
         self.embedding_scale = math.sqrt(c.d_model) if c.scale_embeddings else 1.0
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout, fast=c.fast_dropout)
 
         def block(cross_attention: bool) -> TransformerBlock:
             return TransformerBlock(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, activation=c.activation,
                                     norm_first=c.norm_first, layer_norm_eps=c.layer_norm_eps,
-                                    cross_attention=cross_attention)
+                                    cross_attention=cross_attention, fast_dropout=c.fast_dropout)
 
         self.encoder_blocks = nn.ModuleList(block(False) for _ in range(c.n_encoder_layers))
         self.decoder_blocks = nn.ModuleList(block(True) for _ in range(c.n_decoder_layers))

@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from transformer_lab.models.dropout import Dropout
 from transformer_lab.models.blocks import TransformerBlock
 from transformer_lab.models.outputs import ModelOutput
 
@@ -66,6 +67,7 @@ class TabTransformerConfig:
     n_heads: int = 8
     d_ff: int | None = None  # None = 4 * d_model
     dropout: float = 0.1  # attention and feed-forward dropout
+    fast_dropout: bool = True  # cheap CPU dropout masks (models/dropout.py); false: torch's own
     activation: str = "gelu"
     norm_first: bool = False  # the TabTransformer paper uses the post-norm block of the 2017 transformer
     column_embedding_dim: int | None = None  # None = d_model // 8 (the paper's choice); 0 = off
@@ -191,7 +193,7 @@ class TabTransformer(nn.Module):
         n_blocks = c.n_layers if c.architecture == "transformer" else 0
         self.blocks = nn.ModuleList(
             TransformerBlock(c.d_model, c.n_heads, c.d_ff, dropout=c.dropout, activation=c.activation,
-                             norm_first=c.norm_first)
+                             norm_first=c.norm_first, fast_dropout=c.fast_dropout)
             for _ in range(n_blocks))
         n_tokens = len(c.cardinalities) + (c.n_continuous if c.numeric == "tokens" else 0)
         if c.readout == "cls":  # the FT-Transformer's head: its pre-norm blocks leave the last output un-normed
@@ -203,7 +205,7 @@ class TabTransformer(nn.Module):
         layers: list[nn.Module] = []
         for multiple in c.mlp_hidden:
             hidden = max(1, int(multiple * width))
-            layers += [nn.Linear(width, hidden), nn.ReLU(), nn.Dropout(c.mlp_dropout)]
+            layers += [nn.Linear(width, hidden), nn.ReLU(), Dropout(c.mlp_dropout, fast=c.fast_dropout)]
             width = hidden
         self.head = nn.Sequential(*layers, nn.Linear(width, c.n_classes))
 

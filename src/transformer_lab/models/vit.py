@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from transformer_lab.models.dropout import Dropout
 from transformer_lab.models.blocks import TransformerBlock
 from transformer_lab.models.outputs import ModelOutput
 
@@ -45,6 +46,7 @@ class ViTConfig:
     n_heads: int | None = None
     d_ff: int | None = None  # None = 4 * d_model
     dropout: float = 0.1
+    fast_dropout: bool = True  # cheap CPU dropout masks (models/dropout.py); false: torch's own
     pool: str = "cls"  # cls | mean
     attention: str = "global"  # global | window (Swin)
     window_size: int = 2  # window attention: patches per window side
@@ -166,11 +168,12 @@ class VisionTransformer(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, c.d_model)) if c.attention == "global" else None
         n_positions = c.n_patches + (1 if self.cls_token is not None else 0)
         self.position = nn.Parameter(torch.randn(1, n_positions, c.d_model) * 0.02)
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout, fast=c.fast_dropout)
 
         def block(width: int, heads: int) -> TransformerBlock:
             return TransformerBlock(width, heads, width * c.d_ff // c.d_model, dropout=c.dropout,
-                                    activation="gelu", norm_first=True, layer_norm_eps=c.layer_norm_eps)
+                                    activation="gelu", norm_first=True, layer_norm_eps=c.layer_norm_eps,
+                                    fast_dropout=c.fast_dropout)
 
         width = c.d_model
         if c.attention == "global":
