@@ -204,10 +204,13 @@ def hf_bert_loss(model, batch: dict):
 
 
 def next_token_loss(logits, input_ids):
-    """Cross-entropy of predicting token t+1 from positions <= t, over every position that has one."""
+    """Cross-entropy of predicting token t+1 from positions <= t, over every position that has one.
+    The targets are shifted, not the logits (the last position's target is ignored), as in this
+    project's GPT task and `transformers`' ForCausalLMLoss: slicing the logits would copy them."""
     import torch.nn.functional as F
 
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1))
+    targets = F.pad(input_ids[:, 1:], (0, 1), value=-100)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
 
 def ours_gpt_loss(model, batch: dict):

@@ -34,22 +34,6 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
     return keep.view(shape), _SLICE / (_SLICE - threshold)
 
 
-class _MaskAndScale(torch.autograd.Function):
-    """x * keep * scale, with the gradient masked and scaled the same way; the one kernel torch
-    uses for dropout's backward serves both directions."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return torch.ops.aten.native_dropout_backward(x, keep, scale)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (keep,) = ctx.saved_tensors
-        return torch.ops.aten.native_dropout_backward(grad, keep, ctx.scale), None, None
-
-
 def dropout(x: torch.Tensor, p: float, training: bool = True, *, fast: bool = True) -> torch.Tensor:
     """F.dropout, with cheap masks when `fast` and x is on the CPU."""
     if not training or p == 0.0:
@@ -57,7 +41,12 @@ def dropout(x: torch.Tensor, p: float, training: bool = True, *, fast: bool = Tr
     if not fast or x.device.type != "cpu" or p >= 1.0:
         return F.dropout(x, p, training)
     keep, scale = keep_mask(x.shape, p, x.device)
-    return _MaskAndScale.apply(x, keep, scale)
+    if x.dtype in (torch.float32, torch.float64):
+        # a mask holding 0 or the scale: one multiply forward and one backward (autograd keeps the
+        # mask, not x), where a boolean mask is converted to floats at every use
+        return x * keep.to(x.dtype).mul_(scale)
+    # bf16 and fp16 cannot hold the scale exactly (1/0.9 -> 1.109): scale the product, as torch does
+    return x * keep * scale
 
 
 class Dropout(nn.Dropout):
