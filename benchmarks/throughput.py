@@ -196,12 +196,34 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
 OP_GROUPS = (("matmul", ("mm", "addmm", "bmm", "matmul", "linear", "baddbmm")),
              ("attention", ("scaled_dot_product", "flash_attention", "efficient_attention")),
              ("softmax / log-softmax", ("softmax", "log_softmax", "nll_loss", "cross_entropy")),
-             ("layer norm", ("layer_norm",)), ("gelu", ("gelu",)), ("dropout", ("dropout", "bernoulli")),
+             ("layer norm", ("layer_norm",)), ("gelu", ("gelu",)), ("dropout", ("dropout", "bernoulli", "random")),
              ("optimizer", ("foreach", "adamw", "lerp", "addcdiv", "addcmul", "sqrt")),
              ("embedding", ("embedding",)),
              ("elementwise / copies", ("add", "mul", "div", "copy_", "clone", "fill_", "zero_", "where", "masked",
                                        "contiguous", "transpose", "view", "reshape", "permute", "cat", "sum",
                                        "mean", "tanh", "threshold", "index", "gather", "scatter", "to", "empty")))
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux), empty elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (Linux), None elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
 
 
 def op_group(name: str) -> str:
@@ -297,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(profile_ours(kind, size, args, device, Path(args.out)))
     result["machine"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
                          or platform.machine(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-                         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                         "cpu_model": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                         "amx_bf16": "amx_bf16" in cpu_flags(),  # the tile unit that makes bf16 matmuls fast
                          "torch": torch.__version__, "transformers": transformers.__version__,
                          "python": platform.python_version()}
     result["settings"] = {k: v for k, v in vars(args).items() if k != "out"}

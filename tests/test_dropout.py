@@ -23,6 +23,25 @@ def test_keep_mask_drops_at_the_asked_rate(p):
     assert torch.allclose(by_slice, torch.full((4,), 1 - p), atol=4e-3)
 
 
+def test_float_masks_are_the_boolean_ones():
+    torch.manual_seed(7)
+    as_bool, scale = keep_mask((5, 77), 0.3, torch.device("cpu"))
+    torch.manual_seed(7)
+    as_float, same_scale = keep_mask((5, 77), 0.3, torch.device("cpu"), torch.float32)
+    assert as_float.dtype == torch.float32 and torch.equal(as_float, as_bool.float()) and scale == same_scale
+
+
+def test_bf16_is_dropped_and_scaled_like_fp32():
+    x = torch.randn(50, 40)
+    torch.manual_seed(2)
+    expected = dropout(x, 0.1)
+    torch.manual_seed(2)
+    low = dropout(x.bfloat16(), 0.1)
+    assert low.dtype == torch.bfloat16
+    assert torch.equal(low == 0, expected == 0)
+    assert torch.allclose(low.float(), expected, rtol=1e-2, atol=1e-2)
+
+
 def test_odd_sizes_and_expected_value():
     torch.manual_seed(0)
     x = torch.ones(3, 7, 5)  # 105 elements: not a multiple of the four masks per draw

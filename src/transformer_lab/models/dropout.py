@@ -22,16 +22,19 @@ from torch import nn
 _SLICE = 65536  # values a 16-bit slice of a random draw can take
 
 
-def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device) -> tuple[torch.Tensor, float]:
-    """A boolean mask of `shape` keeping each element with probability 1 - p (to 1/65536), and
-    the scale that keeps the expected value unchanged."""
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.device,
+              dtype: torch.dtype = torch.bool) -> tuple[torch.Tensor, float]:
+    """A mask of `shape` keeping each element with probability 1 - p (to 1/65536): True/False, or
+    1/0 in a float dtype (written straight from the comparison, with no conversion pass); and the
+    scale that keeps the expected value unchanged."""
     n = math.prod(shape)
     threshold = round(_SLICE * p)
     # random_(from, to) draws uniformly in [from, to): every bit pattern but the largest, which
     # shifts no 16-bit slice's probability by more than 2^-48
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), 2**63 - 1)
-    keep = bits.view(torch.int16)[:n] >= threshold - _SLICE // 2
-    return keep.view(shape), _SLICE / (_SLICE - threshold)
+    keep = torch.empty(shape, dtype=dtype, device=device)
+    torch.ge(bits.view(torch.int16)[:n].view(shape), threshold - _SLICE // 2, out=keep)
+    return keep, _SLICE / (_SLICE - threshold)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True, *, fast: bool = True) -> torch.Tensor:
@@ -40,12 +43,13 @@ def dropout(x: torch.Tensor, p: float, training: bool = True, *, fast: bool = Tr
         return x
     if not fast or x.device.type != "cpu" or p >= 1.0:
         return F.dropout(x, p, training)
-    keep, scale = keep_mask(x.shape, p, x.device)
     if x.dtype in (torch.float32, torch.float64):
         # a mask holding 0 or the scale: one multiply forward and one backward (autograd keeps the
         # mask, not x), where a boolean mask is converted to floats at every use
-        return x * keep.to(x.dtype).mul_(scale)
+        keep, scale = keep_mask(x.shape, p, x.device, x.dtype)
+        return x * keep.mul_(scale)
     # bf16 and fp16 cannot hold the scale exactly (1/0.9 -> 1.109): scale the product, as torch does
+    keep, scale = keep_mask(x.shape, p, x.device)
     return x * keep * scale
 
 
