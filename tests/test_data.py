@@ -157,6 +157,7 @@ def prepare_cli(data_dir: Path, out: Path):
                 f"data.prepared_dir={out}", f"hydra.run.dir={out.parent / 'hydra'}"])
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_cli_bad_input_is_one_line_exit_2_and_leaves_nothing(seq_in_dir, tmp_path):
     out = tmp_path / "prepared" / "atis"
     assert prepare_cli(seq_in_dir, out).returncode == 0

@@ -46,7 +46,12 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     return data_dir
 
 
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
+# the full-size WikiText-2 and Multi30k experiments take 30 s to 100 s each here: the full suite's
+FULL_SIZE = {"bert_pretrain_wikitext2", "bert_pretrain_wikitext2_gpu", "gpt_pretrain_wikitext2", "translation_multi30k"}
+
+
+@pytest.mark.parametrize("experiment", [pytest.param(e, marks=pytest.mark.slow) if e in FULL_SIZE else e
+                                        for e in EXPERIMENTS])
 def test_every_experiment_smoke_trains(experiment, tiny_data_dir, tmp_path):
     cfg = compose_config("train", [f"experiment={experiment}", "debug=smoke", "logger=none",
                                    f"paths.data_dir={tiny_data_dir}"], tmp_path / "run")

@@ -131,6 +131,7 @@ def test_export_refuses_what_has_no_transformers_class(tokenizer_path, tmp_path)
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_export_cli_writes_the_folder_and_refuses_another_format(exported, tmp_path):
     loaded, _ = exported["bert_classifier"]
     checkpoint = tmp_path / "sentiment.ckpt"

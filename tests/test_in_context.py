@@ -111,6 +111,7 @@ def write_sst2(folder, rows: dict[str, list[tuple[str, str]]]):
     return folder
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_the_few_shot_command_writes_accuracy_per_k_and_an_mlflow_run(tokenizer_path, tmp_path):
     import json
     import os

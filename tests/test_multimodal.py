@@ -214,11 +214,12 @@ def test_a_target_that_is_also_an_input_is_refused(tmp_path):
         MultimodalSchema.load(path)
 
 
+# one case in the quick suite, the others (a CLI process each, 20-30 s here) in the full one
 @pytest.mark.parametrize("damage, expected", [
     ("missing", r"data\.csv:5: image .*images/3\.png not found"),
-    ("corrupt", r"data\.csv:8: image .*images/6\.png is unreadable"),
-    ("number", r"data\.csv:3: column 'year': 'soon' is not a number"),
-    ("unlabelled", r"data\.csv:4: target column 'usage' is empty"),
+    pytest.param("corrupt", r"data\.csv:8: image .*images/6\.png is unreadable", marks=pytest.mark.slow),
+    pytest.param("number", r"data\.csv:3: column 'year': 'soon' is not a number", marks=pytest.mark.slow),
+    pytest.param("unlabelled", r"data\.csv:4: target column 'usage' is empty", marks=pytest.mark.slow),
 ])
 def test_bad_rows_and_images_are_one_line_exit_2_and_nothing_is_written(tmp_path, damage, expected):
     products = write_products(tmp_path / "products")

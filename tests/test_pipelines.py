@@ -154,6 +154,7 @@ def test_tabular_classification_reads_rows_and_names_a_missing_column(models):
         classify({"colour": "red"})
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_tabular_baselines_are_pipelines_and_mlflow_models(tmp_path):
     """XGBoost and logistic regression from their stage folders and from their MLflow runs: the
     same probabilities as the fitted estimator on the encoded rows; the run's pyfunc agrees."""

@@ -120,6 +120,7 @@ def test_freeze_rejects_what_it_does_not_know(minilm):
         make_task(minilm, "all")
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_a_training_run_from_minilm_takes_its_tokenizer_and_sizes(tmp_path):
     from tokenizers import Tokenizer
 

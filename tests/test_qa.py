@@ -216,6 +216,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_tiny_training_learns_and_predicts_offsets_that_slice_to_answers(tokenizer_path, one_thread):
     import lightning as L
 

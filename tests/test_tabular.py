@@ -59,6 +59,7 @@ def test_schema_errors_name_the_field_column_and_line(tmp_path):
         read_table(csv, TableSchema.load(schema_path))
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_prepare_cli_exits_2_with_one_line_and_leaves_nothing(tmp_path):
     csv, schema = write_table(tmp_path)
     csv.write_text(csv.read_text().replace("label", "target", 1))  # the schema's target column is gone

@@ -209,6 +209,7 @@ def test_a_run_ended_mid_epoch_by_max_steps_is_not_an_early_stopping_error(tmp_p
     assert "test/auroc" in train(cfg)
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_benchmark_runs_every_variant_on_the_same_folds(tmp_path):
     out = tmp_path / "tabular.json"
     result = run([PYTHON, ROOT / "benchmarks" / "tabular.py", "--census-rows", "300", "--folds", "2", "--out", out,

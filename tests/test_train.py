@@ -85,6 +85,7 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, smoke_overrides):
         train_run([*smoke_overrides, "ckpt_path=last"], tmp_path / "fresh")
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_evaluate_logs_into_the_training_run(smoke_run, prepared_atis, tmp_path):
     result = run([PYTHON, ROOT / "pipelines" / "evaluate_atis.py", f"train_dir={smoke_run['dir']}",
                   f"data.prepared_dir={prepared_atis}", f"hydra.run.dir={tmp_path / 'eval'}"],
@@ -101,6 +102,7 @@ def test_evaluate_logs_into_the_training_run(smoke_run, prepared_atis, tmp_path)
         "evaluation/intent_confusion.png", "evaluation/per_slot_f1.png", "evaluation/metrics.json"}
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_predict_prints_intent_and_a_tag_per_word(smoke_run):
     text = "cheapest flight to fly from MIT to Mars"
     result = run([PYTHON, ROOT / "pipelines" / "predict.py", f"text={text}", f"model={smoke_run['dir']}",
@@ -139,6 +141,7 @@ def test_pipelines_read_a_run_from_its_folder_its_mlflow_run_and_the_registry(sm
         pipeline(model="models:/atis_tagger@nobody", tracking_uri=uri)
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_predict_files_of_inputs_to_jsonl_and_refuses_a_bad_line(smoke_run, tmp_path):
     from transformer_lab import pipeline
 
@@ -179,6 +182,7 @@ def test_logged_mlflow_model_is_the_pipeline_and_the_registry_names_a_champion(s
     assert mlflow.pyfunc.load_model("models:/atis@champion").predict(pd.DataFrame({"text": texts})) == expected
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_the_champion_moves_only_to_a_better_run(tmp_path, monkeypatch):
     import mlflow
 
@@ -201,6 +205,7 @@ def test_the_champion_moves_only_to_a_better_run(tmp_path, monkeypatch):
     assert register(runs[2][1], "loss_model", runs[2][0], "val/slot_f1", "min") == (1, True)
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_the_served_champion_answers_http_requests_as_the_pipeline(smoke_run, tmp_path):
     import os
     import subprocess

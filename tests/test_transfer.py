@@ -106,6 +106,7 @@ def test_the_comparison_of_starts_reads_each_runs_scores_and_names_a_missing_one
         compare(comparison_config(tmp_path, starts))
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_transfer_benchmark_writes_the_json_contract_and_resumes(tmp_path):
     data = tmp_path / "sst2"
     data.mkdir()

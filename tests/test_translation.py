@@ -72,10 +72,11 @@ def test_local_directory_keeps_every_test_split_and_the_vocabulary_round_trips(l
     assert (p.pad_id, p.bos_id, p.eos_id) == (0, 1, 2)
 
 
+# one case in the quick suite, the others (a CLI process each, 20-30 s here) in the full one
 @pytest.mark.parametrize("damage, expected", [
     ("shorter", r"train\.en has 200 lines but .*train\.de has 199: the two sides of a split are line-aligned"),
-    ("empty", r"val\.de:4: empty line"),
-    ("latin1", r"test_2016_flickr\.en:2: not valid UTF-8 \(byte 0xe4"),
+    pytest.param("empty", r"val\.de:4: empty line", marks=pytest.mark.slow),
+    pytest.param("latin1", r"test_2016_flickr\.en:2: not valid UTF-8 \(byte 0xe4", marks=pytest.mark.slow),
 ])
 def test_bad_pairs_are_one_line_exit_2_and_nothing_is_written(local_pairs, tmp_path, damage, expected):
     out = tmp_path / "prepared" / "translation"

@@ -172,6 +172,7 @@ def test_hub_images_offline_is_a_clear_error(offline_hub, tmp_path):
         prepare("hub", str(tmp_path / "out"), hub_id="uoft-cs/cifar10")
 
 
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_bad_image_folder_is_one_line_and_exit_2(tmp_path):
     result = run([PYTHON, ROOT / "pipelines" / "prepare.py", "data=images", "data.source=local",
                   f"data.local_dir={tmp_path}/missing", f"data.prepared_dir={tmp_path}/out",
@@ -182,6 +183,7 @@ def test_bad_image_folder_is_one_line_and_exit_2(tmp_path):
 
 
 # ------------------------------------------------------------------ training and evaluation
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_tiny_vit_trains_and_evaluates_with_figures(prepared_digits, tmp_path):
     from transformer_lab.evaluation.vit import evaluate as evaluate_vit
     from transformer_lab.train import train
