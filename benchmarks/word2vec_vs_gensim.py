@@ -48,7 +48,7 @@ def train_ours(sentences, args, seed: int):
     examples = Word2VecExamples(encode_sentences(sentences, words), keep_probabilities(counts, args.sample),
                                 args.window, args.batch_size, seed)
     config = Word2VecConfig(vocab_size=len(words), dim=100, architecture=args.architecture, negatives=5,
-                            shared_negatives=args.shared_negatives)
+                            update=args.update, shared_negatives=args.shared_negatives)
     L.seed_everything(seed, verbose=False)
     task = Word2VecTask(config.to_dict(), Word2VecPreprocessor(words, counts.tolist()).to_state(),
                         update_size=args.update_size)
@@ -100,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32768, help="this project's centre words per training step")
     parser.add_argument("--update-size", type=int, default=None,
                         help="this project's centre words per SGD update (default: the task's, 512 skip-gram, 2048 CBOW)")
+    parser.add_argument("--update", choices=["batched", "per_word"], default=None,
+                        help="this project's SGD update (model.update; default per_word for CBOW, batched for skip-gram)")
     parser.add_argument("--shared-negatives", type=int, default=None,
-                        help="CBOW: examples sharing one draw of noise words (model.shared_negatives; default 16)")
+                        help="batched CBOW: examples sharing one draw of noise words (model.shared_negatives; default 16)")
     args = parser.parse_args(argv)
 
     import numpy as np

@@ -133,7 +133,7 @@ def test_gradients_are_sparse_rows():
 def test_closed_form_sgd_update_matches_autograd_and_sgd(architecture, objective, shared_negatives):
     counts = torch.tensor([90, 60, 40, 30, 20, 12, 8, 5, 3, 2])
     config = Word2VecConfig(vocab_size=10, dim=6, architecture=architecture, objective=objective,
-                            shared_negatives=shared_negatives)
+                            update="batched", shared_negatives=shared_negatives)
     ours, reference = Word2Vec(config, counts), Word2Vec(config, counts)
     torch.manual_seed(0)
     for table in (ours.input_vectors, ours.output_vectors):
@@ -152,9 +152,68 @@ def test_closed_form_sgd_update_matches_autograd_and_sgd(architecture, objective
     torch.testing.assert_close(ours.output_vectors.weight, reference.output_vectors.weight)
 
 
+def test_per_word_update_is_word2vecs_step_one_example_after_another():
+    counts = torch.tensor([90, 60, 40, 30, 20, 12, 8, 5, 3, 2])
+    config = Word2VecConfig(vocab_size=10, dim=6, architecture="cbow")
+    assert (config.update, config.shared_negatives) == ("per_word", 1)  # the CBOW default: word2vec's order
+    ours = Word2Vec(config, counts)
+    one_by_one = Word2Vec(Word2VecConfig(**{**config.to_dict(), "update": "batched"}), counts)
+    all_at_once = Word2Vec(Word2VecConfig(**{**config.to_dict(), "update": "batched"}), counts)
+    torch.manual_seed(0)
+    for table in (ours.input_vectors, ours.output_vectors):
+        torch.nn.init.normal_(table.weight, std=0.5)
+    one_by_one.load_state_dict(ours.state_dict())
+    all_at_once.load_state_dict(ours.state_dict())
+    # word 4 twice in one window, the second centre (6) in the third window, and a window with
+    # no context: each example must read the rows as the ones before it left them
+    context = torch.tensor([[1, 2, 3, 0], [4, 4, 5, 9], [0, 6, 8, 0], [3, 3, 3, 3]])
+    mask = torch.tensor([[True, True, True, False], [True, True, True, True], [False, True, True, False],
+                         [False, False, False, False]])
+    centres = torch.tensor([0, 6, 2, 1])
+    losses, rows = ours._per_word_steps(context, mask, centres, lr=0.5)
+
+    assert (rows[:, 0] == centres).all()
+    labels, weights = torch.tensor([[1.0] + [0.0] * 5]), torch.ones(1, 6)
+    expected = []
+    for i in range(len(centres)):  # the batched update on one example is that example's SGD step
+        one_by_one.output_rows = lambda c, i=i: (rows[i : i + 1], labels, weights)
+        expected.append(one_by_one.sgd_update(context[i : i + 1], mask[i : i + 1], centres[i : i + 1], lr=0.5))
+    torch.testing.assert_close(losses, torch.cat(expected))
+    torch.testing.assert_close(ours.input_vectors.weight, one_by_one.input_vectors.weight)
+    torch.testing.assert_close(ours.output_vectors.weight, one_by_one.output_vectors.weight)
+    all_at_once.output_rows = lambda c: (rows, labels, weights)
+    all_at_once.sgd_update(context, mask, centres, lr=0.5)  # the same examples, all reading the starting rows
+    assert not torch.allclose(ours.input_vectors.weight, all_at_once.input_vectors.weight, atol=1e-3)
+
+
+def test_per_word_noise_words_follow_the_unigram_table():
+    counts = torch.tensor([1000, 300, 100, 30, 10, 3])
+    model = Word2Vec(Word2VecConfig(vocab_size=6, dim=2, architecture="cbow", negatives=20), counts)
+    n = 5000
+    torch.manual_seed(0)
+    _, rows = model._per_word_steps(torch.zeros(n, 1, dtype=torch.long), torch.ones(n, 1, dtype=torch.bool),
+                                    torch.zeros(n, dtype=torch.long), lr=0.0)
+    frequencies = torch.bincount(rows[:, 1:].flatten(), minlength=6) / (n * 20)
+    torch.testing.assert_close(frequencies, model.noise, atol=0.005, rtol=0)  # counts^0.75, normalised
+    torch.manual_seed(0)
+    assert torch.equal(model._per_word_steps(torch.zeros(n, 1, dtype=torch.long), torch.ones(n, 1, dtype=torch.bool),
+                                             torch.zeros(n, dtype=torch.long), lr=0.0)[1], rows)  # seeded: repeats
+
+
+def test_per_word_update_is_cbow_negative_on_cpu_float32_only():
+    with pytest.raises(ValueError, match="update='per_word' is CBOW with negative sampling only"):
+        Word2VecConfig(architecture="skipgram", update="per_word")
+    with pytest.raises(ValueError, match="shared_negatives"):
+        Word2VecConfig(architecture="cbow", update="per_word", shared_negatives=4)
+    assert Word2VecConfig(architecture="skipgram").update == "batched"
+    model = Word2Vec(Word2VecConfig(vocab_size=10, dim=4, architecture="cbow"), torch.arange(10, 0, -1)).double()
+    with pytest.raises(ValueError, match="float32 tables on the CPU, not torch.float64"):
+        model.sgd_update(torch.tensor([[1, 2]]), torch.tensor([[True, True]]), torch.tensor([3]), lr=0.1)
+
+
 def test_shared_negatives_are_one_draw_per_group_and_cbow_only():
-    model = Word2Vec(Word2VecConfig(vocab_size=10, dim=4, architecture="cbow"), torch.arange(10, 0, -1))
-    assert model.config.shared_negatives == 16  # the CBOW default
+    model = Word2Vec(Word2VecConfig(vocab_size=10, dim=4, architecture="cbow", update="batched"), torch.arange(10, 0, -1))
+    assert model.config.shared_negatives == 16  # the batched CBOW default
     model.config.shared_negatives = 3
     rows, labels, _ = model.output_rows(torch.arange(7))
     assert rows.shape == (7, 6) and rows[:, 0].tolist() == list(range(7))

@@ -37,10 +37,15 @@ class Word2VecConfig:
     objective: str = "negative"  # negative sampling | hierarchical softmax
     negatives: int = 5
     noise_power: float = 0.75  # noise distribution = unigram^0.75
-    # CBOW with negative sampling: one draw of K noise words per group of this many examples
-    # of an update (Ji et al., 2016), scored as small matrix products; 1 = a draw per example.
-    # None: 16 for CBOW with negative sampling (1.2x the words/s of 1, agreement with gensim
-    # within noise), else 1.
+    # How sgd_update steps through an update's examples. "batched": all of them read the same
+    # tables and their steps are summed, as torch operations. "per_word": one after another,
+    # as word2vec's C and gensim do, in a compiled loop (word2vec_kernel.py; CBOW with negative
+    # sampling only, on the CPU). None: per_word for CBOW with negative sampling (1.5x the
+    # batched update's words/s end to end on 2 cores, on one of them), batched otherwise.
+    update: str | None = None
+    # The batched CBOW update with negative sampling: one draw of K noise words per group of
+    # this many examples (Ji et al., 2016), scored as small matrix products; 1 = a draw per
+    # example. None: 16 there (1.2x the words/s of 1, agreement with gensim within noise), else 1.
     shared_negatives: int | None = None
 
     def __post_init__(self):
@@ -48,11 +53,19 @@ class Word2VecConfig:
             raise ValueError(f"architecture={self.architecture!r}; expected 'skipgram' or 'cbow'")
         if self.objective not in ("negative", "hierarchical"):
             raise ValueError(f"objective={self.objective!r}; expected 'negative' or 'hierarchical'")
+        cbow_negative = (self.architecture, self.objective) == ("cbow", "negative")
+        if self.update is None:
+            self.update = "per_word" if cbow_negative else "batched"
+        if self.update not in ("batched", "per_word"):
+            raise ValueError(f"update={self.update!r}; expected 'batched' or 'per_word'")
+        if self.update == "per_word" and not cbow_negative:
+            raise ValueError("update='per_word' is CBOW with negative sampling only; use update='batched'")
         if self.shared_negatives is None:
-            self.shared_negatives = 16 if (self.architecture, self.objective) == ("cbow", "negative") else 1
-        if self.shared_negatives < 1 or (self.shared_negatives > 1 and (self.architecture, self.objective) != ("cbow", "negative")):
-            raise ValueError(f"shared_negatives={self.shared_negatives}: CBOW with negative sampling only, and >= 1 "
-                             "(skip-gram already shares one draw across a window)")
+            self.shared_negatives = 16 if cbow_negative and self.update == "batched" else 1
+        if self.shared_negatives < 1 or (self.shared_negatives > 1 and (not cbow_negative or self.update != "batched")):
+            raise ValueError(f"shared_negatives={self.shared_negatives}: the batched CBOW update with negative "
+                             "sampling only, and >= 1 (skip-gram already shares one draw across a window; the "
+                             "per-word update draws for each word)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -113,6 +126,10 @@ class Word2Vec(nn.Module):
             self.register_buffer("codes", pad(codes).float())
             self.register_buffer("points", pad(points).long())
             self.register_buffer("code_mask", pad([[1] * len(c) for c in codes]).bool())
+        if config.update == "per_word":
+            from transformer_lab.models import word2vec_kernel
+
+            word2vec_kernel.warm_up()  # compiled (or loaded from numba's cache) here, not in the first step
 
     def output_rows(self, centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The output rows each example scores against (B, M), with the label of each binary
@@ -180,6 +197,8 @@ class Word2Vec(nn.Module):
         skips autograd's graph and the optimiser's per-step work, which cost more than the
         arithmetic at this size; a test checks it against autograd + SGD.
         """
+        if self.config.update == "per_word":
+            return self._per_word_steps(context, context_mask, centres, lr)[0]
         inputs_table, outputs_table = self.input_vectors.weight, self.output_vectors.weight
         rows, labels, weights = self.output_rows(centres)
         if self.config.architecture == "cbow":
@@ -213,6 +232,26 @@ class Word2Vec(nn.Module):
         _scatter_add_rows(inputs_table, in_rows, in_step)
         _scatter_add_rows(outputs_table, out_rows, out_step)
         return losses
+
+    def _per_word_steps(self, context: torch.Tensor, context_mask: torch.Tensor, centres: torch.Tensor,
+                        lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """update='per_word': word2vec's order, each example's step applied before the next
+        example reads the tables, its K noise words drawn in the loop (word2vec's generator,
+        seeded from torch's, so a seeded run repeats). Returns each example's loss just before
+        its own step (B,) and the rows it scored (B, 1 + K), centre first."""
+        from transformer_lab.models.word2vec_kernel import cbow_negative_steps
+
+        inputs_table, outputs_table = self.input_vectors.weight, self.output_vectors.weight
+        if inputs_table.device.type != "cpu" or inputs_table.dtype != torch.float32:
+            raise ValueError(f"update='per_word' steps float32 tables on the CPU, not {inputs_table.dtype} on "
+                             f"{inputs_table.device}; use update='batched'")
+        targets = torch.empty(len(centres), 1 + self.config.negatives, dtype=torch.long)
+        targets[:, 0] = centres
+        losses = torch.empty(len(centres))
+        seed = int(torch.randint(2**62, ()))
+        cbow_negative_steps(inputs_table.detach().numpy(), outputs_table.detach().numpy(), context.numpy(),
+                            context_mask.numpy(), targets.numpy(), self.noise_table.numpy(), seed, lr, losses.numpy())
+        return losses, targets
 
     def _shared_noise_steps(self, h: torch.Tensor, rows: torch.Tensor, labels: torch.Tensor, lr: float):
         """CBOW's scores and steps when groups of G examples share their K noise words: the
