@@ -83,3 +83,17 @@ def test_the_throughput_benchmark_writes_speeds_and_fractions_of_the_measured_pe
                              capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2 and "unknown model or size: vit gpt2-small" in refused.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_cpu_that_only_emulates_bf16_has_no_bf16_peak(monkeypatch):
+    """Where bf16 is multiplied in software (an AVX2-only CPU: 600x slower than fp32), the
+    benchmark reports no bf16 peak instead of timing it for twenty minutes."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import throughput
+
+    assert not throughput.emulated(torch.float32)  # the same kind against itself: about 1x
+    monkeypatch.setattr(throughput, "emulated", lambda dtype, n=256: True)
+    assert throughput.matmul_peak(torch.device("cpu"), torch.bfloat16) is None
