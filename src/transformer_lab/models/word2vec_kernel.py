@@ -60,7 +60,8 @@ def cbow_negative_steps(inputs: np.ndarray, outputs: np.ndarray, context: np.nda
         hidden_step[:] = 0
         # -log sigma(s) = log(1 + e^-s) and -log sigma(-s) = log(1 + e^-s) + s: the loss is the
         # log of one product plus the noise scores, one exp per score and one log per example
-        # (float64: no overflow unless a score passes -700).
+        # (float64: no overflow unless the negative scores of one example add up past -700;
+        # the steps use each score's own e^-s and are exact even then).
         product, noise_scores = 1.0, 0.0
         for k in range(targets.shape[1]):
             row = targets[example, k]
