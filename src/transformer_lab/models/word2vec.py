@@ -40,7 +40,7 @@ class Word2VecConfig:
     # How sgd_update steps through an update's examples. "batched": all of them read the same
     # tables and their steps are summed, as torch operations. "per_word": one after another,
     # as word2vec's C and gensim do, in a compiled loop (word2vec_kernel.py; CBOW with negative
-    # sampling only, on the CPU). None: per_word for CBOW with negative sampling (1.5x the
+    # sampling only, on the CPU). None: per_word for CBOW with negative sampling (1.3x the
     # batched update's words/s end to end on 2 cores, on one of them), batched otherwise.
     update: str | None = None
     # The batched CBOW update with negative sampling: one draw of K noise words per group of

@@ -6,7 +6,7 @@ output row and then every context word's input vector. As torch operations on a 
 takes a dozen gathers, products and scatters per update, each a pass over memory; as one
 loop (numba, compiled on first use and cached beside this file) the rows stay in registers
 and cache: on one thread, 1.8x the words/s of the batched update on two (the update alone;
-1.5x for a whole training run).
+1.3x for a whole training run).
 
 Plain numpy arrays in and out, so the model hands it views of its tables (no copy).
 """
