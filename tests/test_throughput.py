@@ -87,13 +87,18 @@ def test_the_throughput_benchmark_writes_speeds_and_fractions_of_the_measured_pe
 
 def test_a_cpu_that_only_emulates_bf16_has_no_bf16_peak(monkeypatch):
     """Where bf16 is multiplied in software (an AVX2-only CPU: 540x slower than fp32 on a 2048^2 product), the
-    benchmark reports no bf16 peak instead of timing it for twenty minutes."""
+    benchmark reports no bf16 peak instead of timing it for twenty minutes; a slow product is timed fewer times."""
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import throughput
 
-    assert not throughput.emulated(torch.float32)  # the same kind against itself: about 1x
-    monkeypatch.setattr(throughput, "emulated", lambda dtype, n=256: True)
+    assert not throughput.slower_than_fp32(torch.float32)  # the same kind against itself: about 1x
+    monkeypatch.setattr(throughput, "slower_than_fp32", lambda dtype, n=512: True)
     assert throughput.matmul_peak(torch.device("cpu"), torch.bfloat16) is None
+
+    products = []
+    monkeypatch.setattr(throughput, "timed_product", lambda a, b, device: products.append(1) or 4.0)
+    assert throughput.matmul_peak(torch.device("cpu"), torch.float32, budget_s=10.0) == 2 * 2048**3 / 4.0
+    assert len(products) == 3  # warm-up, then 10 s / 4 s = two timed products, not five
