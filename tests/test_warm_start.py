@@ -19,7 +19,8 @@ SCRIPT = textwrap.dedent("""
     report = {"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv, "cwd": os.getcwd(),
               "marker": os.environ.get("MARKER"),
               "parent": open(f"/proc/{os.getppid()}/cmdline").read().replace("\\0", " "),
-              "handed_over_env": os.environ.get("TRANSFORMER_LAB_WARM_SOCKET")}
+              "handed_over_env": os.environ.get("TRANSFORMER_LAB_WARM_SOCKET"),
+              "preloaded": sorted(name for name in sys.modules if name.startswith("slow_"))}
     print("to stdout"); print("to stderr", file=sys.stderr)
     (__import__("pathlib").Path(os.environ["REPORT"])).write_text(json.dumps(report))
     if sys.argv[1:2] == ["sleep"]:
@@ -39,9 +40,9 @@ def entry_point(tmp_path: Path) -> Path:
     return script
 
 
-def warm(command: str, tmp_path: Path, **env) -> subprocess.CompletedProcess:
+def warm(command: str, tmp_path: Path, preload: str = "json", **env) -> subprocess.CompletedProcess:
     """`command` (a shell line) run under the wrapper, with nothing heavy preloaded: the handing over is what is tested."""
-    wrapper = [sys.executable, "-m", "transformer_lab.warm_start", "--preload", "json", "bash", "-c", command]
+    wrapper = [sys.executable, "-m", "transformer_lab.warm_start", "--preload", preload, "bash", "-c", command]
     return subprocess.run(wrapper, cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "REPORT": str(tmp_path / "report.json"), **env})
 
@@ -89,3 +90,29 @@ def test_without_the_wrapper_an_entry_point_runs_as_it_always_has(tmp_path):
     env["TRANSFORMER_LAB_WARM_SOCKET"] = str(tmp_path / "gone.sock")
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0 and json.loads((tmp_path / "report.json").read_text())["ppid"] == os.getpid()
+
+
+def slow_module(tmp_path: Path, name: str, seconds: float) -> None:
+    """A module whose import takes `seconds` and leaves NAME.imported behind."""
+    (tmp_path / f"{name}.py").write_text(f"import time, pathlib\ntime.sleep({seconds})\n"
+                                         f"pathlib.Path(__file__).with_suffix('.imported').touch()\n")
+
+
+def test_the_command_starts_while_the_wrapper_imports_and_stages_wait_for_the_imports(tmp_path):
+    """DVC reads the pipeline while the libraries load; a stage it starts meanwhile still runs warm."""
+    script = entry_point(tmp_path)
+    slow_module(tmp_path, "slow_library", 2.0)
+    result = warm(f"test ! -e slow_library.imported && echo started-first; {sys.executable} {script}", tmp_path,
+                  preload="slow_library", PYTHONPATH=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "started-first" in result.stdout  # the command ran before the import had finished
+    assert json.loads((tmp_path / "report.json").read_text())["preloaded"] == ["slow_library"]
+
+
+def test_a_command_that_ends_during_the_imports_is_not_kept_waiting_for_the_rest(tmp_path):
+    """A second `dvc repro` with nothing to do ends at once; the wrapper stops importing then."""
+    slow_module(tmp_path, "slow_first", 1.0)
+    slow_module(tmp_path, "slow_second", 0.0)
+    result = warm("exit 0", tmp_path, preload="slow_first,slow_second", PYTHONPATH=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "slow_first.imported").exists() and not (tmp_path / "slow_second.imported").exists()

@@ -2,7 +2,7 @@
 
 Every stage of `dvc repro` is a fresh `python3 pipelines/X.py`, and importing Lightning, torch,
 MLflow and their neighbours costs each one about 7 s on two cores, more than many stages spend
-working. This wrapper imports those libraries once, then runs the command it is given. While
+working. This wrapper starts the command it is given and meanwhile imports those libraries once. While
 the command runs, each entry point in pipelines/ that finds TRANSFORMER_LAB_WARM_SOCKET in its
 environment hands its command line, working directory, environment and stdin/stdout/stderr
 over that socket instead of importing anything: the wrapper forks, and the child runs the
@@ -84,10 +84,13 @@ def hand_over(script: str) -> None:
 
 # --- the warm interpreter's side --------------------------------------------------------------
 
-def _preload(modules: tuple[str, ...]) -> None:
+def _preload(modules: tuple[str, ...], command_process: subprocess.Popen | None = None) -> None:
+    """Import `modules`, stopping early once `command_process` has ended (nothing left to warm up for)."""
     import importlib
 
     for name in modules:
+        if command_process is not None and command_process.poll() is not None:
+            return
         try:
             importlib.import_module(name)
         except Exception:  # not installed, or broken: the stage that needs it will say so itself
@@ -152,9 +155,9 @@ def _exit_code(status: int) -> int:
 
 
 def serve(command: list[str], preload: tuple[str, ...] = PRELOAD) -> int:
-    """Preload, run `command` with SOCKET_ENV set, fork a child per request until it ends; its exit status."""
-    _preload(preload)
-    gc.freeze()  # the preloaded objects stay shared with every child instead of being copied by its collector
+    """Run `command` with SOCKET_ENV set, preload meanwhile, then fork a child per request until the command
+    ends; its exit status. The command starts first: DVC reads the pipeline and hashes its dependencies while
+    this process imports, and a stage that asks before the imports are done waits in the socket's queue."""
     folder = tempfile.mkdtemp(prefix="transformer-lab-warm-")
     path = os.path.join(folder, "socket")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -166,6 +169,8 @@ def serve(command: list[str], preload: tuple[str, ...] = PRELOAD) -> int:
     try:
         command_process = subprocess.Popen(command, env={**os.environ, SOCKET_ENV: path},
                                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        _preload(preload, command_process)
+        gc.freeze()  # the preloaded objects stay shared with every child instead of being copied by its collector
         while command_process.poll() is None or running:
             readable, _, _ = select.select([listener, *running.values()], [], [], 0.1)
             for conn in readable:

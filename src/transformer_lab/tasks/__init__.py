@@ -1,0 +1,1 @@
+"""Lightning modules: each wires a model to its loss, metrics and optimiser."""

@@ -1,0 +1,1 @@
+"""Helpers shared by the entry points: command line, config, IO, resolvers, validation."""
