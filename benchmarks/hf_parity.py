@@ -15,8 +15,8 @@ Parity: both in eval mode on one random batch with segment ids and padded rows; 
 largest absolute difference over last hidden states, MLM logits and NSP logits
 (`bert_max_abs_diff`, and each in `parity`).
 
-Throughput: `--steps` training steps (forward, MLM cross-entropy on ~15% of positions, NSP
-cross-entropy, backward, AdamW step, zero_grad) after `--warmup` untimed ones, in train mode
+Throughput: `--steps` training steps (forward, MLM cross-entropy on ~15% of positions (ours
+through `tasks/losses.py`, as the pre-training task), NSP cross-entropy, backward, AdamW step, zero_grad) after `--warmup` untimed ones, in train mode
 with dropout 0.1, on full-length random batches, 2 threads. Both compute the vocabulary
 projection only at the chosen positions (ours: `mlm_positions=`; Hugging Face: `hf.bert`, then
 `hf.cls.predictions(hidden[chosen])` and `hf.cls.seq_relationship(pooled)`). Each of the
@@ -34,8 +34,10 @@ largest absolute difference of the next-token logits (`gpt_max_abs_diff`, `gpt_p
 
 Throughput: as for BERT (same --repeat, --steps, --warmup, --batch-size, --seq-len, turns
 and medians), with the next-token cross-entropy over every position that has a next token as
-the loss, computed the same way for both from the full logits (ours: `model(ids).logits`; Hugging
-Face: `model(input_ids=ids).logits`); writes `gpt_ours_tokens_per_s`, `gpt_hf_tokens_per_s`,
+the loss, from the full logits (ours: `model(ids).logits` through the GPT task's `lm_loss`,
+the cheaper-backward cross-entropy of `tasks/losses.py`; Hugging Face:
+`model(input_ids=ids).logits` through `F.cross_entropy`, as its ForCausalLMLoss; the same
+value, `tests/test_losses.py`); writes `gpt_ours_tokens_per_s`, `gpt_hf_tokens_per_s`,
 `gpt_ours_to_hf_speed`, `gpt_ours_to_hf_speed_by_step` and `gpt_all_speeds`, with the GPT
 settings under `settings["gpt"]`.
 """
@@ -188,38 +190,56 @@ def hf_logits(model, batch: dict):
             model.cls.seq_relationship(out.pooler_output))
 
 
-def bert_loss(mlm, nsp, batch: dict):
-    """MLM cross-entropy at the chosen positions plus NSP cross-entropy."""
+def bert_loss(mlm, nsp, batch: dict, mlm_loss=None):
+    """MLM cross-entropy at the chosen positions plus NSP cross-entropy; `mlm_loss` for the
+    MLM term (default: F.cross_entropy, as `transformers`' BertForPreTraining)."""
     import torch.nn.functional as F
 
-    return F.cross_entropy(mlm, batch["mlm_targets"]) + F.cross_entropy(nsp, batch["is_next"])
+    return (mlm_loss or F.cross_entropy)(mlm, batch["mlm_targets"]) + F.cross_entropy(nsp, batch["is_next"])
 
 
 def ours_bert_loss(model, batch: dict):
-    return bert_loss(*ours_logits(model, batch), batch)
+    from transformer_lab.tasks.losses import cross_entropy  # as BertPretrainingTask trains
+
+    return bert_loss(*ours_logits(model, batch), batch, mlm_loss=cross_entropy)
 
 
 def hf_bert_loss(model, batch: dict):
     return bert_loss(*hf_logits(model, batch), batch)
 
 
-def next_token_loss(logits, input_ids):
-    """Cross-entropy of predicting token t+1 from positions <= t, over every position that has one.
-    The targets are shifted, not the logits (the last position's target is ignored), as in this
-    project's GPT task and `transformers`' ForCausalLMLoss: slicing the logits would copy them."""
+def next_token_targets(input_ids):
+    """Token t+1 as the target of position t; the last position has none (-100, ignored). The
+    targets are shifted, not the logits, as in this project's GPT task and `transformers`'
+    ForCausalLMLoss: slicing the logits would copy them."""
     import torch.nn.functional as F
 
-    targets = F.pad(input_ids[:, 1:], (0, 1), value=-100)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    return F.pad(input_ids[:, 1:], (0, 1), value=-100)
+
+
+def torch_next_token_loss(logits, input_ids):
+    """The next-token loss through F.cross_entropy, as `transformers`' ForCausalLMLoss computes it."""
+    import torch.nn.functional as F
+
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), next_token_targets(input_ids).reshape(-1),
+                           ignore_index=-100)
 
 
 def ours_gpt_loss(model, batch: dict):
-    return next_token_loss(model(batch["input_ids"]).logits, batch["input_ids"])
+    from transformer_lab.tasks.gpt import lm_loss  # the GPT task's own loss
+
+    return lm_loss(model(batch["input_ids"]).logits, next_token_targets(batch["input_ids"]))
 
 
 def hf_gpt_loss(model, batch: dict):
-    # no labels=: HF would shift and average itself; the loss is computed here, as for ours
-    return next_token_loss(model(input_ids=batch["input_ids"]).logits, batch["input_ids"])
+    # no labels=: HF would shift and average itself with F.cross_entropy, as here
+    return torch_next_token_loss(model(input_ids=batch["input_ids"]).logits, batch["input_ids"])
+
+
+# ours with F.cross_entropy instead of the project's loss: what the cheaper backward alone gains
+OURS_WITH_TORCH_LOSS = {"bert": lambda model, batch: bert_loss(*ours_logits(model, batch), batch),
+                        "gpt": lambda model, batch: torch_next_token_loss(model(batch["input_ids"]).logits,
+                                                                          batch["input_ids"])}
 
 
 RUNNERS = {"bert": {"ours": ours_bert_loss, "hf": hf_bert_loss},

@@ -5,7 +5,7 @@ the matmul peak measured on the same machine in the same run.
     python benchmarks/throughput.py --out FILE.json [--models bert,gpt,vit] [--sizes tiny,mini]
                                     [--steps 10] [--warmup 2] [--repeat 3] [--batch-size 32]
                                     [--seq-len 128] [--device auto] [--precision fp32|bf16] [--compile]
-                                    [--profile]
+                                    [--profile] [--loss project|torch]
 
 Peak: the FLOP/s of a large `torch.mm` (2·n³ per product; n = 2048 on a CPU, 8192 on a GPU) in
 fp32, and in bf16 where the device supports it (on a CPU: where bf16 is not slower than fp32),
@@ -28,7 +28,10 @@ per token are the throughput callback's (6N for the parameter matmuls + 12·L·d
 attention; for BERT the vocabulary projection counts only at the positions it scores), so `{model}_{size}_mfu_{device}` = FLOPs per token x tokens/s / the measured peak
 of the precision trained in (fp32 on a CPU by default; `--precision bf16` autocasts).
 `--compile` times ours through `torch.compile` (what `compile.enabled=true` does in training)
-against `transformers`' model as it ships, eager.
+against `transformers`' model as it ships, eager. Ours' BERT MLM and GPT next-token losses are
+the training tasks' own (`tasks/losses.py`: the same value as `F.cross_entropy` with a cheaper
+backward), `transformers`' are `F.cross_entropy` as its models compute them; `--loss torch`
+gives ours `F.cross_entropy` too, to see what the cheaper loss alone is worth.
 
 Writes: `peak_fp32_tflops`, `peak_bf16_tflops` (null where unsupported), and per model and size
 `{m}_{s}_ours_tokens_per_s`, `{m}_{s}_hf_tokens_per_s`, `{m}_{s}_ours_to_hf_speed`,
@@ -192,6 +195,8 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
     for repeat in range(args.repeat):
         torch.manual_seed(args.seed + repeat)
         ours, theirs, ours_loss, hf_loss, config = PAIRS[kind](size, device)
+        if args.loss == "torch" and kind in hf_parity.OURS_WITH_TORCH_LOSS:
+            ours_loss = hf_parity.OURS_WITH_TORCH_LOSS[kind]
         models = {"ours": ours.to(device).train(), "hf": theirs.to(device).train()}
         if args.compile:  # as `compile.enabled=true` trains: inductor kernels for ours; transformers' model eager
             models["ours"] = torch.compile(models["ours"])
@@ -312,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also profile ours (torch.profiler, --steps steps): each operator group's share of "
                              "a step in the JSON, the top operators in OUT.<model>_<size>_profile.txt")
+    parser.add_argument("--loss", choices=["project", "torch"], default="project",
+                        help="ours' BERT MLM and GPT next-token loss: the project's cheaper-backward cross-entropy "
+                             "(tasks/losses.py, as training uses) or F.cross_entropy (as transformers')")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from transformer_lab.models import bert, gpt

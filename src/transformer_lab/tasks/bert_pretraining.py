@@ -8,15 +8,17 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
+from transformer_lab import published
 from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.bert import BertPreprocessor
 from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import batches, inference
-from transformer_lab import published
+from transformer_lab.tasks.losses import cross_entropy
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_warmup_linear
 from transformer_lab.tasks.throughput import TokenThroughput
+
 
 def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
     """Copy pre-trained encoder weights into `bert` (embeddings, blocks, pooler).
@@ -50,7 +52,7 @@ class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.Li
         out = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"], mlm_positions=chosen)
         mlm_logits, nsp_logits = out.logits, out.nsp_logits
         targets = batch["mlm_labels"][chosen]
-        return {"mlm_loss": F.cross_entropy(mlm_logits, targets), "nsp_loss": F.cross_entropy(nsp_logits, batch["is_next"]),
+        return {"mlm_loss": cross_entropy(mlm_logits, targets), "nsp_loss": F.cross_entropy(nsp_logits, batch["is_next"]),
                 "mlm_pred": mlm_logits.argmax(-1), "mlm_target": targets, "nsp_pred": nsp_logits.argmax(-1)}
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:

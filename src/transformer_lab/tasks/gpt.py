@@ -7,7 +7,6 @@ import math
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from transformer_lab.checkpoints import NamesItsFamily
@@ -18,6 +17,7 @@ from transformer_lab.models.gpt import GPTClassifierConfig, GPTConfig, GPTForSeq
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
+from transformer_lab.tasks.losses import cross_entropy
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_with_warmup
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
@@ -26,7 +26,7 @@ from transformer_lab.tasks.throughput import TokenThroughput
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy; IGNORE_INDEX targets (padding) do not count."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+    return cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 class GPTPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.LightningModule):
