@@ -5,7 +5,7 @@ the matmul peak measured on the same machine in the same run.
     python benchmarks/throughput.py --out FILE.json [--models bert,gpt,vit] [--sizes tiny,mini]
                                     [--steps 10] [--warmup 2] [--repeat 3] [--batch-size 32]
                                     [--seq-len 128] [--device auto] [--precision fp32|bf16] [--compile]
-                                    [--profile] [--loss project|torch]
+                                    [--profile] [--loss project|torch|both]
 
 Peak: the FLOP/s of a large `torch.mm` (2·n³ per product; n = 2048 on a CPU, 8192 on a GPU) in
 fp32, and in bf16 where the device supports it (on a CPU: where bf16 is not slower than fp32),
@@ -31,7 +31,8 @@ of the precision trained in (fp32 on a CPU by default; `--precision bf16` autoca
 against `transformers`' model as it ships, eager. Ours' BERT MLM and GPT next-token losses are
 the training tasks' own (`tasks/losses.py`: the same value as `F.cross_entropy` with a cheaper
 backward), `transformers`' are `F.cross_entropy` as its models compute them; `--loss torch`
-gives ours `F.cross_entropy` too, to see what the cheaper loss alone is worth.
+gives ours `F.cross_entropy` too, and `--loss both` times a second copy of ours with it in the
+same turns, writing what the cheaper loss alone is worth (`{m}_{s}_project_loss_speedup`).
 
 Writes: `peak_fp32_tflops`, `peak_bf16_tflops` (null where unsupported), and per model and size
 `{m}_{s}_ours_tokens_per_s`, `{m}_{s}_hf_tokens_per_s`, `{m}_{s}_ours_to_hf_speed`,
@@ -42,6 +43,7 @@ Writes: `peak_fp32_tflops`, `peak_bf16_tflops` (null where unsupported), and per
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -178,6 +180,12 @@ def batches_for(kind: str, size: str, args, generator) -> tuple[list[dict], int]
             for _ in range(4)], args.batch_size * tokens
 
 
+def significant(value: float, digits: int = 6) -> float:
+    """`value` to `digits` significant digits: on a slow or busy CPU the peak is a few GFLOP/s and a
+    tiny model's MFU a few millionths, where a fixed number of decimals would lose percents."""
+    return float(f"{value:.{digits}g}")
+
+
 def to_device(batch: dict, device) -> dict:
     return {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
 
@@ -191,21 +199,23 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
     generator = torch.Generator().manual_seed(args.seed)
     batches, tokens_per_step = batches_for(kind, size, args, generator)
     batches = [to_device(b, device) for b in batches]
-    speeds = {"ours": [], "hf": []}
+    torch_loss = hf_parity.OURS_WITH_TORCH_LOSS.get(kind) if args.loss in ("torch", "both") else None
+    speeds = {"ours": [], "hf": [], **({"ours_torch_loss": []} if torch_loss and args.loss == "both" else {})}
     for repeat in range(args.repeat):
         torch.manual_seed(args.seed + repeat)
         ours, theirs, ours_loss, hf_loss, config = PAIRS[kind](size, device)
-        if args.loss == "torch" and kind in hf_parity.OURS_WITH_TORCH_LOSS:
-            ours_loss = hf_parity.OURS_WITH_TORCH_LOSS[kind]
+        runners = {"ours": torch_loss if torch_loss and args.loss == "torch" else ours_loss, "hf": hf_loss}
         models = {"ours": ours.to(device).train(), "hf": theirs.to(device).train()}
+        if "ours_torch_loss" in speeds:  # the same weights again, F.cross_entropy as its loss, in the same turns
+            models["ours_torch_loss"], runners["ours_torch_loss"] = copy.deepcopy(models["ours"]), torch_loss
         if args.compile:  # as `compile.enabled=true` trains: inductor kernels for ours; transformers' model eager
-            models["ours"] = torch.compile(models["ours"])
-        seconds = hf_parity.step_seconds(models, {"ours": ours_loss, "hf": hf_loss}, batches, args.warmup,
-                                         args.steps, bf16=args.precision == "bf16")
+            models = {name: torch.compile(m) if name != "hf" else m for name, m in models.items()}
+        seconds = hf_parity.step_seconds(models, runners, batches, args.warmup, args.steps,
+                                         bf16=args.precision == "bf16")
         for name in speeds:
             speeds[name].append(tokens_per_step * args.steps / sum(seconds[name]))
-        print(f"{kind} {size} repeat {repeat + 1}: ours {speeds['ours'][-1]:,.0f} tokens/s, "
-              f"hf {speeds['hf'][-1]:,.0f} tokens/s", flush=True)
+        print(f"{kind} {size} repeat {repeat + 1}: " + ", ".join(f"{name} {values[-1]:,.0f}" for name, values in
+                                                                 speeds.items()) + " tokens/s", flush=True)
     context = tokens_per_step // args.batch_size
     per_token = flops_per_token(matmul_parameters(ours), config.n_layers, config.d_model, context)
     if kind == "bert":  # the vocabulary projection runs only at the ~15% chosen positions, not at every token
@@ -218,10 +228,12 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
         f"{prefix}_hf_tokens_per_s": round(hf_speed),
         f"{prefix}_ours_to_hf_speed": round(statistics.median(o / h for o, h in zip(speeds["ours"], speeds["hf"])), 3),
         f"{prefix}_flops_per_token": per_token,
-        f"{prefix}_ours_tflops": round(per_token * ours_speed / 1e12, 4),
-        f"{prefix}_mfu_{device.type}": round(per_token * ours_speed / peak, 6),
-        f"{prefix}_hf_mfu_{device.type}": round(per_token * hf_speed / peak, 6),
+        f"{prefix}_ours_tflops": significant(per_token * ours_speed / 1e12),
+        f"{prefix}_mfu_{device.type}": significant(per_token * ours_speed / peak),
+        f"{prefix}_hf_mfu_{device.type}": significant(per_token * hf_speed / peak),
         f"{prefix}_all_speeds": {name: [round(s) for s in values] for name, values in speeds.items()},
+        **({f"{prefix}_project_loss_speedup": round(statistics.median(
+            o / t for o, t in zip(speeds["ours"], speeds["ours_torch_loss"])), 3)} if "ours_torch_loss" in speeds else {}),
     }
 
 
@@ -278,6 +290,8 @@ def profile_ours(kind: str, size: str, args, device, out: Path) -> dict:
     batches, _ = batches_for(kind, size, args, torch.Generator().manual_seed(args.seed))
     batches = [to_device(b, device) for b in batches]
     ours, _, ours_loss, _, _ = PAIRS[kind](size, device)
+    if args.loss == "torch" and kind in hf_parity.OURS_WITH_TORCH_LOSS:
+        ours_loss = hf_parity.OURS_WITH_TORCH_LOSS[kind]
     model = ours.to(device).train()
     hf_parity.step_seconds({"ours": model}, {"ours": ours_loss}, batches, args.warmup, 1)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -317,9 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also profile ours (torch.profiler, --steps steps): each operator group's share of "
                              "a step in the JSON, the top operators in OUT.<model>_<size>_profile.txt")
-    parser.add_argument("--loss", choices=["project", "torch"], default="project",
+    parser.add_argument("--loss", choices=["project", "torch", "both"], default="project",
                         help="ours' BERT MLM and GPT next-token loss: the project's cheaper-backward cross-entropy "
-                             "(tasks/losses.py, as training uses) or F.cross_entropy (as transformers')")
+                             "(tasks/losses.py, as training uses), F.cross_entropy (as transformers'), or both: "
+                             "a second copy of ours with F.cross_entropy takes turns too ({m}_{s}_project_loss_speedup)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from transformer_lab.models import bert, gpt
@@ -347,8 +362,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import transformers
 
-    result = {"peak_fp32_tflops": round(peaks["fp32"] / 1e12, 4),
-              "peak_bf16_tflops": None if peaks["bf16"] is None else round(peaks["bf16"] / 1e12, 4)}
+    result = {"peak_fp32_tflops": significant(peaks["fp32"] / 1e12),
+              "peak_bf16_tflops": None if peaks["bf16"] is None else significant(peaks["bf16"] / 1e12)}
     for kind in models:
         for size in sizes:
             result.update(measure(kind, size, args, device, peak))
