@@ -93,8 +93,10 @@ def test_without_the_wrapper_an_entry_point_runs_as_it_always_has(tmp_path):
 
 
 def slow_module(tmp_path: Path, name: str, seconds: float) -> None:
-    """A module whose import takes `seconds` and leaves NAME.imported behind."""
-    (tmp_path / f"{name}.py").write_text(f"import time, pathlib\ntime.sleep({seconds})\n"
+    """A module whose import leaves NAME.started behind, takes `seconds`, then leaves NAME.imported."""
+    (tmp_path / f"{name}.py").write_text(f"import time, pathlib\n"
+                                         f"pathlib.Path(__file__).with_suffix('.started').touch()\n"
+                                         f"time.sleep({seconds})\n"
                                          f"pathlib.Path(__file__).with_suffix('.imported').touch()\n")
 
 
@@ -113,6 +115,8 @@ def test_a_command_that_ends_during_the_imports_is_not_kept_waiting_for_the_rest
     """A second `dvc repro` with nothing to do ends at once; the wrapper stops importing then."""
     slow_module(tmp_path, "slow_first", 1.0)
     slow_module(tmp_path, "slow_second", 0.0)
-    result = warm("exit 0", tmp_path, preload="slow_first,slow_second", PYTHONPATH=str(tmp_path))
+    # the command ends while the first module is importing (not before: then nothing would be imported)
+    ends_during_first = "until [ -e slow_first.started ]; do sleep 0.05; done; exit 0"
+    result = warm(ends_during_first, tmp_path, preload="slow_first,slow_second", PYTHONPATH=str(tmp_path))
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "slow_first.imported").exists() and not (tmp_path / "slow_second.imported").exists()
+    assert (tmp_path / "slow_first.imported").exists() and not (tmp_path / "slow_second.started").exists()
