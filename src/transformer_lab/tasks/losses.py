@@ -1,4 +1,4 @@
-"""Cross-entropy over a large vocabulary in fewer passes over the logits.
+"""Cross-entropy over a large vocabulary, with a backward that allocates nothing as large as the logits.
 
 `F.cross_entropy` is log-softmax then NLL: its backward writes a full-size zero tensor with
 -1/N at the targets, then log-softmax's backward reads that and the saved log-probabilities
