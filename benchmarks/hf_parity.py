@@ -16,9 +16,9 @@ largest absolute difference over last hidden states, MLM logits and NSP logits
 (`bert_max_abs_diff`, and each in `parity`).
 
 Throughput: `--steps` training steps (forward, MLM cross-entropy on ~15% of positions (ours
-through `tasks/losses.py`, as the pre-training task), NSP cross-entropy, backward, AdamW step, zero_grad) after `--warmup` untimed ones, in train mode
-with dropout 0.1, on full-length random batches, 2 threads. Both compute the vocabulary
-projection only at the chosen positions (ours: `mlm_positions=`; Hugging Face: `hf.bert`, then
+through `tasks/losses.py`, as the pre-training task), NSP cross-entropy, backward, AdamW step,
+zero_grad) after `--warmup` untimed ones, in train mode with dropout 0.1, on full-length random
+batches, 2 threads. Both compute the vocabulary projection only at the chosen positions (ours: `mlm_positions=`; Hugging Face: `hf.bert`, then
 `hf.cls.predictions(hidden[chosen])` and `hf.cls.seq_relationship(pooled)`). Each of the
 `--repeat` repeats starts both from the same weights and has them take turns step by step;
 writes tokens/second (batch * seq_len * steps / seconds; medians over repeats), the median
@@ -236,10 +236,16 @@ def hf_gpt_loss(model, batch: dict):
     return torch_next_token_loss(model(input_ids=batch["input_ids"]).logits, batch["input_ids"])
 
 
+def ours_bert_torch_loss(model, batch: dict):
+    return bert_loss(*ours_logits(model, batch), batch)
+
+
+def ours_gpt_torch_loss(model, batch: dict):
+    return torch_next_token_loss(model(batch["input_ids"]).logits, batch["input_ids"])
+
+
 # ours with F.cross_entropy instead of the project's loss: what the cheaper backward alone gains
-OURS_WITH_TORCH_LOSS = {"bert": lambda model, batch: bert_loss(*ours_logits(model, batch), batch),
-                        "gpt": lambda model, batch: torch_next_token_loss(model(batch["input_ids"]).logits,
-                                                                          batch["input_ids"])}
+OURS_WITH_TORCH_LOSS = {"bert": ours_bert_torch_loss, "gpt": ours_gpt_torch_loss}
 
 
 RUNNERS = {"bert": {"ours": ours_bert_loss, "hf": hf_bert_loss},

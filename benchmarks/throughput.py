@@ -180,6 +180,13 @@ def batches_for(kind: str, size: str, args, generator) -> tuple[list[dict], int]
             for _ in range(4)], args.batch_size * tokens
 
 
+def torch_loss_for(kind: str, args):
+    """Ours' loss through F.cross_entropy where `--loss torch|both` asks for it and the model has one to swap."""
+    import hf_parity
+
+    return hf_parity.OURS_WITH_TORCH_LOSS.get(kind) if args.loss in ("torch", "both") else None
+
+
 def significant(value: float, digits: int = 6) -> float:
     """`value` to `digits` significant digits: on a slow or busy CPU the peak is a few GFLOP/s and a
     tiny model's MFU a few millionths, where a fixed number of decimals would lose percents."""
@@ -199,7 +206,7 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
     generator = torch.Generator().manual_seed(args.seed)
     batches, tokens_per_step = batches_for(kind, size, args, generator)
     batches = [to_device(b, device) for b in batches]
-    torch_loss = hf_parity.OURS_WITH_TORCH_LOSS.get(kind) if args.loss in ("torch", "both") else None
+    torch_loss = torch_loss_for(kind, args)
     speeds = {"ours": [], "hf": [], **({"ours_torch_loss": []} if torch_loss and args.loss == "both" else {})}
     for repeat in range(args.repeat):
         torch.manual_seed(args.seed + repeat)
@@ -233,7 +240,8 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
         f"{prefix}_hf_mfu_{device.type}": significant(per_token * hf_speed / peak),
         f"{prefix}_all_speeds": {name: [round(s) for s in values] for name, values in speeds.items()},
         **({f"{prefix}_project_loss_speedup": round(statistics.median(
-            o / t for o, t in zip(speeds["ours"], speeds["ours_torch_loss"])), 3)} if "ours_torch_loss" in speeds else {}),
+            o / t for o, t in zip(speeds["ours"], speeds["ours_torch_loss"])), 3)}
+           if "ours_torch_loss" in speeds else {}),
     }
 
 
@@ -290,8 +298,8 @@ def profile_ours(kind: str, size: str, args, device, out: Path) -> dict:
     batches, _ = batches_for(kind, size, args, torch.Generator().manual_seed(args.seed))
     batches = [to_device(b, device) for b in batches]
     ours, _, ours_loss, _, _ = PAIRS[kind](size, device)
-    if args.loss == "torch" and kind in hf_parity.OURS_WITH_TORCH_LOSS:
-        ours_loss = hf_parity.OURS_WITH_TORCH_LOSS[kind]
+    torch_loss = torch_loss_for(kind, args)
+    ours_loss = torch_loss if torch_loss and args.loss == "torch" else ours_loss  # --loss both: profile ours' own
     model = ours.to(device).train()
     hf_parity.step_seconds({"ours": model}, {"ours": ours_loss}, batches, args.warmup, 1)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -334,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loss", choices=["project", "torch", "both"], default="project",
                         help="ours' BERT MLM and GPT next-token loss: the project's cheaper-backward cross-entropy "
                              "(tasks/losses.py, as training uses), F.cross_entropy (as transformers'), or both: "
-                             "a second copy of ours with F.cross_entropy takes turns too ({m}_{s}_project_loss_speedup)")
+                             "a second copy of ours with F.cross_entropy takes turns too "
+                             "({m}_{s}_project_loss_speedup)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from transformer_lab.models import bert, gpt
