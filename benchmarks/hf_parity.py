@@ -18,9 +18,9 @@ largest absolute difference over last hidden states, MLM logits and NSP logits
 Throughput: `--steps` training steps (forward, MLM cross-entropy on ~15% of positions (ours
 through `tasks/losses.py`, as the pre-training task), NSP cross-entropy, backward, AdamW step,
 zero_grad) after `--warmup` untimed ones, in train mode with dropout 0.1, on full-length random
-batches, 2 threads. Both compute the vocabulary projection only at the chosen positions (ours: `mlm_positions=`; Hugging Face: `hf.bert`, then
-`hf.cls.predictions(hidden[chosen])` and `hf.cls.seq_relationship(pooled)`). Each of the
-`--repeat` repeats starts both from the same weights and has them take turns step by step;
+batches, 2 threads. Both compute the vocabulary projection only at the chosen positions (ours:
+`mlm_positions=`; Hugging Face: `hf.bert`, then `hf.cls.predictions(hidden[chosen])` and
+`hf.cls.seq_relationship(pooled)`). Each of the `--repeat` repeats starts both from the same weights and has them take turns step by step;
 writes tokens/second (batch * seq_len * steps / seconds; medians over repeats), the median
 of the per-repeat ratio ours/HF, and the median of the per-step ratio (`..._by_step`).
 
