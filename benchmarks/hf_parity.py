@@ -20,9 +20,10 @@ through `tasks/losses.py`, as the pre-training task), NSP cross-entropy, backwar
 zero_grad) after `--warmup` untimed ones, in train mode with dropout 0.1, on full-length random
 batches, 2 threads. Both compute the vocabulary projection only at the chosen positions (ours:
 `mlm_positions=`; Hugging Face: `hf.bert`, then `hf.cls.predictions(hidden[chosen])` and
-`hf.cls.seq_relationship(pooled)`). Each of the `--repeat` repeats starts both from the same weights and has them take turns step by step;
-writes tokens/second (batch * seq_len * steps / seconds; medians over repeats), the median
-of the per-repeat ratio ours/HF, and the median of the per-step ratio (`..._by_step`).
+`hf.cls.seq_relationship(pooled)`). Each of the `--repeat` repeats starts both from the same
+weights and has them take turns step by step; writes tokens/second (batch * seq_len * steps /
+seconds; medians over repeats), the median of the per-repeat ratio ours/HF, and the median of
+the per-step ratio (`..._by_step`).
 
 GPT: a randomly initialised `transformers.GPT2LMHeadModel` of one of our GPT's named sizes
 (`--gpt-size`; pre-norm, vocabulary 8,000, 512 positions, gelu_new = ours' gelu_tanh, dropout
