@@ -50,6 +50,14 @@ class KVCache:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
 
 
+def _no_padding(key_padding_mask: torch.Tensor) -> bool:
+    """True where every key is a real token, so the mask can be left out (as `transformers` drops an
+    all-ones mask): masking costs a pass over every score. Checked on the CPU only, where the check
+    is a few microseconds; on a GPU it would wait for the device."""
+    return (key_padding_mask.device.type == "cpu" and not torch.compiler.is_compiling()
+            and bool(key_padding_mask.all()))
+
+
 class MultiHeadSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True,
                  fast_dropout: bool = True):
@@ -128,7 +136,7 @@ class MultiHeadSelfAttention(nn.Module):
                 k, v = cache.append(k, v)
 
         mask = None
-        if key_padding_mask is not None:
+        if key_padding_mask is not None and not _no_padding(key_padding_mask):
             mask = key_padding_mask[:, None, None, :].to(torch.bool)  # broadcast over heads and queries
         if is_causal and length > 1:  # one new query after a cache may see every key: no mask needed
             # query i sits at position offset + i and sees keys 0 .. offset + i
@@ -143,9 +151,12 @@ class MultiHeadSelfAttention(nn.Module):
         # math path with torch's costly masks anyway: both are computed explicitly instead.
         cheap_masks = dropout_p > 0 and self.fast_dropout and x.device.type == "cpu"
         if return_weights or cheap_masks:
-            # scaling q is a smaller pass than scaling the scores; masking in place saves a copy (the
-            # product's backward needs q and k, not the scores)
-            scores = (q * (1 / math.sqrt(self.d_head))) @ k.transpose(-2, -1)
+            # the product scales as it multiplies (alpha), sparing a pass over q forward and backward;
+            # masking in place saves a copy (the product's backward needs q and k, not the scores)
+            heads = batch * self.n_heads
+            scores = torch.baddbmm(q.new_empty(1, 1, 1), q.reshape(heads, length, self.d_head),
+                                   k.reshape(heads, -1, self.d_head).transpose(1, 2), beta=0,
+                                   alpha=1 / math.sqrt(self.d_head)).view(batch, self.n_heads, length, -1)
             if mask is not None:
                 scores.masked_fill_(~mask, float("-inf"))
             probabilities = scores.softmax(dim=-1)
