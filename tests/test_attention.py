@@ -99,3 +99,36 @@ def test_options_after_the_input_are_keyword_only():
         TransformerBlock(16, 2, 32)(x, mask)
     with pytest.raises(TypeError):  # the block's options after its three sizes, too
         TransformerBlock(16, 2, 32, 0.0)
+
+
+def test_an_all_real_padding_mask_is_left_out_with_the_same_result():
+    attn = MultiHeadSelfAttention(16, 4, dropout=0.1).train()
+    x = torch.randn(3, 7, 16)
+    outputs = []
+    for mask in (None, torch.ones(3, 7, dtype=torch.bool), torch.ones(3, 7, dtype=torch.long)):
+        torch.manual_seed(5)  # the same dropout draws
+        outputs.append(attn(x, key_padding_mask=mask)[0])
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=0, atol=0)
+    torch.testing.assert_close(outputs[2], outputs[0], rtol=0, atol=0)
+    padded = torch.ones(3, 7, dtype=torch.bool)
+    padded[0, -1] = False
+    torch.manual_seed(5)
+    assert not torch.equal(attn(x, key_padding_mask=padded)[0][0], outputs[0][0])  # a real mask still masks
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_a_block_computes_chosen_rows_alone_with_keys_from_the_whole_sequence(norm_first):
+    from transformer_lab.models.blocks import TransformerBlock
+
+    block = TransformerBlock(16, 4, 32, dropout=0.0, activation="gelu", norm_first=norm_first)
+    x = torch.randn(2, 9, 16, requires_grad=True)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    rows = torch.tensor([[0, 2, 5], [0, 1, 1]])  # a repeated row is computed twice, alike
+    full = block(x, key_padding_mask=mask)[0]
+    expected = full.gather(1, rows[..., None].expand(-1, -1, 16))
+    chosen = block(x.gather(1, rows[..., None].expand(-1, -1, 16)), key_padding_mask=mask, keys_from=x)[0]
+    torch.testing.assert_close(chosen, expected, rtol=0, atol=1e-6)
+    (grad_full,) = torch.autograd.grad(expected.sum(), x)
+    (grad_chosen,) = torch.autograd.grad(chosen.sum(), x)
+    torch.testing.assert_close(grad_chosen, grad_full, rtol=0, atol=1e-5)  # the keys' gradient reaches every position

@@ -70,6 +70,50 @@ def test_converted_transformers_bert_gives_the_same_outputs():
     torch.testing.assert_close(at_positions, theirs.prediction_logits[chosen], atol=1e-5, rtol=0)
 
 
+def test_padded_positions_lists_each_rows_chosen_positions_in_order():
+    from transformer_lab.models.bert import padded_positions
+
+    chosen = torch.tensor([[False, True, False, True, True], [False, False, False, False, False],
+                           [True, False, False, False, True]])
+    order, real = padded_positions(chosen)
+    assert order.shape == (3, 3)
+    assert order[0].tolist() == [1, 3, 4] and order[2, :2].tolist() == [0, 4]
+    assert real.tolist() == [[True, True, True], [False, False, False], [True, True, False]]
+    torch.testing.assert_close(order[real], chosen.nonzero()[:, 1])  # a boolean index's order
+    assert padded_positions(torch.zeros(2, 4, dtype=torch.bool))[0].shape == (2, 0)
+
+
+def test_last_layer_at_the_chosen_positions_gives_the_same_loss_and_gradients():
+    """With mlm_positions the last layer computes only those rows and [CLS]: the same logits,
+    NSP logits, loss and gradient of every weight as the whole last layer."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(BertConfig(vocab_size=120, size="tiny", d_model=32, n_heads=4, n_layers=3,
+                                          dropout=0.0, max_len=40)).train()
+    ids = torch.randint(5, 120, (4, 17))
+    mask = torch.ones(4, 17, dtype=torch.bool)
+    mask[1, 11:] = False
+    chosen = (torch.rand(4, 17) < 0.2) & mask
+    chosen[0, 0] = True  # [CLS] itself chosen: computed twice, alike
+    chosen[2] = False  # a row with nothing to predict
+    targets = torch.randint(5, 120, (int(chosen.sum()),))
+    is_next = torch.tensor([0, 1, 1, 0])
+
+    hidden, pooled, _ = model.bert(ids, None, mask)
+    full_logits, full_nsp = model.mlm(hidden[chosen]), model.nsp(pooled)
+    loss = F.cross_entropy(full_logits, targets) + F.cross_entropy(full_nsp, is_next)
+    full_grads = torch.autograd.grad(loss, list(model.parameters()))
+
+    out = model(ids, None, mask, mlm_positions=chosen)
+    torch.testing.assert_close(out.logits, full_logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.nsp_logits, full_nsp, rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.hidden_states, hidden[chosen], rtol=0, atol=1e-5)
+    loss = F.cross_entropy(out.logits, targets) + F.cross_entropy(out.nsp_logits, is_next)
+    for (name, _), expected, got in zip(model.named_parameters(), full_grads,
+                                        torch.autograd.grad(loss, list(model.parameters()))):
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6, msg=name)
+
 def test_attention_weights_match_transformers_per_layer():
     reference, ours = hf_pair(attn_implementation="eager")  # transformers' fused kernel returns no weights
     ids = torch.randint(5, 120, (2, 13))

@@ -105,19 +105,30 @@ class BertModel(nn.Module):
         return self.embeddings.token
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, *, return_weights: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
+                attention_mask: torch.Tensor | None = None, *, return_weights: bool = False,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
         """input_ids, segment_ids, attention_mask: (batch, length); mask True/1 = real token.
 
         Returns hidden states (batch, length, d_model), the pooled [CLS] state (batch, d_model) and,
         if asked, each layer's attention weights (else None). The heads below wrap these in a ModelOutput.
+
+        positions: (batch, rows) indices of the only positions whose final states are wanted; the
+        hidden states are then (batch, rows, d_model), and the last layer computes just those rows
+        and [CLS] (its keys and values still come from every position): the same numbers for a
+        fraction of the last layer's work.
         """
         x = self.embeddings(input_ids, segment_ids)
         attentions = []
-        for block in self.blocks:
-            x, weights = block(x, key_padding_mask=attention_mask, return_weights=return_weights)
+        for index, block in enumerate(self.blocks):
+            if positions is not None and index == len(self.blocks) - 1:
+                rows = torch.cat([positions.new_zeros(len(positions), 1), positions], dim=1)  # [CLS] first
+                chosen = x.gather(1, rows[..., None].expand(-1, -1, x.shape[-1]))
+                x, weights = block(chosen, key_padding_mask=attention_mask, return_weights=return_weights, keys_from=x)
+            else:
+                x, weights = block(x, key_padding_mask=attention_mask, return_weights=return_weights)
             attentions.append(weights)
-        return x, torch.tanh(self.pooler(x[:, 0])), attentions if return_weights else None
+        pooled = torch.tanh(self.pooler(x[:, 0]))
+        return x if positions is None else x[:, 1:], pooled, attentions if return_weights else None
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -152,6 +163,15 @@ class MaskedLMHead(nn.Module):
         return F.linear(self.norm(self.act(self.transform(hidden))), self.decoder.weight, self.bias)
 
 
+def padded_positions(chosen: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A boolean (batch, length) mask as indices: (batch, rows) with each row's chosen positions
+    first, in order, then filler up to the largest count in the batch; and (batch, rows), which are
+    chosen. indices[real] lists the chosen positions in the order of a boolean index, chosen[...]."""
+    rows = int(chosen.sum(dim=1).max()) if chosen.numel() else 0
+    order = torch.argsort((~chosen).to(torch.uint8), dim=1, stable=True)[:, :rows]
+    return order, chosen.gather(1, order)
+
+
 class BertForPreTraining(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -172,10 +192,18 @@ class BertForPreTraining(nn.Module):
 
         MLM logits are (batch, length, vocab), or only at mlm_positions (a boolean
         (batch, length) mask) as (n_positions, vocab): the loss needs the ~15% masked
-        positions, and the vocabulary projection is the largest matmul in a small BERT.
+        positions, and the vocabulary projection is the largest matmul in a small BERT. The
+        last layer then computes only those positions and [CLS] as well, and hidden_states are
+        theirs, (n_positions, d_model) (unless return_weights: every layer is computed in full).
         """
-        hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask, return_weights=return_weights)
-        mlm_input = hidden if mlm_positions is None else hidden[mlm_positions]
+        if mlm_positions is None or return_weights:
+            hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask,
+                                                   return_weights=return_weights)
+            mlm_input = hidden if mlm_positions is None else hidden[mlm_positions]
+        else:
+            positions, real = padded_positions(mlm_positions)
+            hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask, positions=positions)
+            mlm_input = hidden = hidden[real]  # row by row, in position order: hidden[mlm_positions]'s order
         return ModelOutput(logits=self.mlm(mlm_input), nsp_logits=self.nsp(pooled), hidden_states=hidden,
                            attentions=attentions)
 

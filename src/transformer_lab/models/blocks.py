@@ -132,17 +132,24 @@ class TransformerBlock(nn.Module):
         context: torch.Tensor | None = None,
         context_padding_mask: torch.Tensor | None = None,
         cross_cache: KVCache | None = None,
+        keys_from: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None]:
         """x: (batch, length, d_model); the other arguments are MultiHeadSelfAttention's, by name.
         context, context_padding_mask, cross_cache (cross-attention blocks only): the encoder's
         states (batch, source length, d_model), its padding (True = real token) and the cache
         that keeps their keys and values between decoding steps.
+        keys_from: the whole sequence (batch, length, d_model) when x holds only some of its
+        positions (batch, rows, d_model): those rows' queries attend over every position of
+        keys_from (key_padding_mask masks its keys), and only those rows are computed, the rest
+        of the block being per position. A last layer whose other positions no loss reads.
         Returns the new states and the attention weights (None unless return_weights); a block
         with cross-attention returns the pair (self-attention weights, cross-attention weights)."""
         if (context is None) != (self.cross_attn is None):
             raise ValueError("a context goes with a cross-attention block, and only with one")
         options = dict(key_padding_mask=key_padding_mask, is_causal=is_causal, return_weights=return_weights,
                        rotary=rotary, cache=cache, attn_mask=attn_mask)
+        if keys_from is not None:  # the same projections, keys and values from the whole sequence
+            options["context"] = self.ln1(keys_from) if self.norm_first else keys_from
         cross_options = dict(key_padding_mask=context_padding_mask, return_weights=return_weights,
                              cache=cross_cache, context=context)
         cross_weights = None
