@@ -20,7 +20,9 @@ through `tasks/losses.py`, as the pre-training task), NSP cross-entropy, backwar
 zero_grad) after `--warmup` untimed ones, in train mode with dropout 0.1, on full-length random
 batches, 2 threads. Both compute the vocabulary projection only at the chosen positions (ours:
 `mlm_positions=`; Hugging Face: `hf.bert`, then `hf.cls.predictions(hidden[chosen])` and
-`hf.cls.seq_relationship(pooled)`). Each of the `--repeat` repeats starts both from the same
+`hf.cls.seq_relationship(pooled)`); ours, given `mlm_positions`, also computes its last layer
+only at those positions and [CLS], the rows the loss reads (the same loss and gradients,
+`tests/test_bert.py`), where `hf.bert` computes every position. Each of the `--repeat` repeats starts both from the same
 weights and has them take turns step by step; writes tokens/second (batch * seq_len * steps /
 seconds; medians over repeats), the median of the per-repeat ratio ours/HF, and the median of
 the per-step ratio (`..._by_step`).
@@ -241,6 +243,15 @@ def ours_bert_torch_loss(model, batch: dict):
     return bert_loss(*ours_logits(model, batch), batch)
 
 
+def ours_bert_full_last_layer_loss(model, batch: dict):
+    """Ours with the last layer at every position, as `transformers` computes it (mlm_positions
+    limits the last layer to the chosen positions and [CLS]): the same loss, more work."""
+    from transformer_lab.tasks.losses import cross_entropy
+
+    hidden, pooled, _ = model.bert(batch["input_ids"], batch["segment_ids"], batch["attention_mask"])
+    return bert_loss(model.mlm(hidden[batch["chosen"]]), model.nsp(pooled), batch, mlm_loss=cross_entropy)
+
+
 def ours_gpt_torch_loss(model, batch: dict):
     return torch_next_token_loss(model(batch["input_ids"]).logits, batch["input_ids"])
 
@@ -338,7 +349,8 @@ def run_bert(args) -> tuple[dict, dict]:
     settings = {
         "layers_hidden_heads": [hf_config.num_hidden_layers, hf_config.hidden_size, hf_config.num_attention_heads],
         "dropout": DROPOUT, "mlm_prob": MASK_PROB,
-        "mlm_loss": "vocabulary projection at the chosen positions only, for both "
+        "mlm_loss": "vocabulary projection at the chosen positions only, for both; ours' last layer at those "
+                    "positions and [CLS] only "
                     "(ours: mlm_positions=; hf: hf.bert -> hf.cls.predictions(hidden[chosen]), "
                     "hf.cls.seq_relationship(pooled))",
         "attention_mask": "all-true boolean mask while training (ours: bool; hf: long)",
@@ -403,11 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     from transformer_lab.utils.io import atomic_write_json
+    from transformer_lab.utils.memory import keep_freed_memory
 
     load_before = os.getloadavg()[0]
     torch.set_num_threads(THREADS)
     result = {}
-    settings = {**vars(args), "vocab_size": VOCAB_SIZE, "max_positions": MAX_POSITIONS,
+    settings = {**vars(args), "keep_freed_memory": keep_freed_memory(),  # as the pipelines train; both alike
+                "vocab_size": VOCAB_SIZE, "max_positions": MAX_POSITIONS,
                 "optimizer": f"AdamW lr={LR}", "threads": THREADS, "timing": TIMING}
     if args.models in ("bert", "both"):
         bert_result, bert_settings = run_bert(args)

@@ -6,6 +6,7 @@ the matmul peak measured on the same machine in the same run.
                                     [--steps 10] [--warmup 2] [--repeat 3] [--batch-size 32]
                                     [--seq-len 128] [--device auto] [--precision fp32|bf16] [--compile]
                                     [--profile] [--loss project|torch|both]
+                                    [--last-layer chosen|full|both]
 
 Peak: the FLOP/s of a large `torch.mm` (2·n³ per product; n = 2048 on a CPU, 8192 on a GPU) in
 fp32, and in bf16 where the device supports it (on a CPU: where bf16 is not slower than fp32),
@@ -33,11 +34,19 @@ the training tasks' own (`tasks/losses.py`: the same value as `F.cross_entropy` 
 backward), `transformers`' are `F.cross_entropy` as its models compute them; `--loss torch`
 gives ours `F.cross_entropy` too, and `--loss both` times a second copy of ours with it in the
 same turns, writing what the cheaper loss alone is worth (`{m}_{s}_project_loss_speedup`).
+Ours' BERT computes its last layer only at the MLM-chosen positions and [CLS], the rows the loss
+reads (the same loss and gradients; `mlm_positions=`), where `transformers`' computes every
+position; `--last-layer full` gives ours the full last layer too, and `--last-layer both` times
+a second copy of ours with it in the same turns (`bert_{s}_chosen_rows_speedup`). FLOPs per token
+count the full last layer for both, so ours' MFU is the rate of the model's nominal FLOPs.
 
 Writes: `peak_fp32_tflops`, `peak_bf16_tflops` (null where unsupported), and per model and size
 `{m}_{s}_ours_tokens_per_s`, `{m}_{s}_hf_tokens_per_s`, `{m}_{s}_ours_to_hf_speed`,
 `{m}_{s}_flops_per_token`, `{m}_{s}_ours_tflops`, `{m}_{s}_mfu_{cpu|cuda}`,
-`{m}_{s}_hf_mfu_{cpu|cuda}`, with the machine and settings.
+`{m}_{s}_hf_mfu_{cpu|cuda}`, `{m}_{s}_minor_page_faults` and `{m}_{s}_system_cpu_s` (the kernel's
+page faults and CPU seconds over the whole measurement, both models, warm-up included; the
+benchmark keeps freed memory for reuse as training does, `utils/memory.py`, unless
+`TRANSFORMER_LAB_KEEP_FREED_MEMORY=0`: `keep_freed_memory` says which), with the machine and settings.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ import copy
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -187,6 +197,18 @@ def torch_loss_for(kind: str, args):
     return hf_parity.OURS_WITH_TORCH_LOSS.get(kind) if args.loss in ("torch", "both") else None
 
 
+def ours_runner(kind: str, args, ours_loss):
+    """Ours' training loss as `--loss torch` and `--last-layer full` ask (else the tasks' own)."""
+    import hf_parity
+
+    torch_loss = torch_loss_for(kind, args)
+    if torch_loss and args.loss == "torch":
+        return torch_loss
+    if kind == "bert" and args.last_layer == "full":
+        return hf_parity.ours_bert_full_last_layer_loss
+    return ours_loss
+
+
 def significant(value: float, digits: int = 6) -> float:
     """`value` to `digits` significant digits: on a slow or busy CPU the peak is a few GFLOP/s and a
     tiny model's MFU a few millionths, where a fixed number of decimals would lose percents."""
@@ -208,13 +230,18 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
     batches = [to_device(b, device) for b in batches]
     torch_loss = torch_loss_for(kind, args)
     speeds = {"ours": [], "hf": [], **({"ours_torch_loss": []} if torch_loss and args.loss == "both" else {})}
+    if kind == "bert" and args.last_layer == "both":
+        speeds["ours_full_last_layer"] = []
     for repeat in range(args.repeat):
         torch.manual_seed(args.seed + repeat)
         ours, theirs, ours_loss, hf_loss, config = PAIRS[kind](size, device)
-        runners = {"ours": torch_loss if torch_loss and args.loss == "torch" else ours_loss, "hf": hf_loss}
+        runners = {"ours": ours_runner(kind, args, ours_loss), "hf": hf_loss}
         models = {"ours": ours.to(device).train(), "hf": theirs.to(device).train()}
         if "ours_torch_loss" in speeds:  # the same weights again, F.cross_entropy as its loss, in the same turns
             models["ours_torch_loss"], runners["ours_torch_loss"] = copy.deepcopy(models["ours"]), torch_loss
+        if "ours_full_last_layer" in speeds:  # the same weights again, the last layer at every position
+            models["ours_full_last_layer"] = copy.deepcopy(models["ours"])
+            runners["ours_full_last_layer"] = hf_parity.ours_bert_full_last_layer_loss
         if args.compile:  # as `compile.enabled=true` trains: inductor kernels for ours; transformers' model eager
             models = {name: torch.compile(m) if name != "hf" else m for name, m in models.items()}
         seconds = hf_parity.step_seconds(models, runners, batches, args.warmup, args.steps,
@@ -242,6 +269,9 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
         **({f"{prefix}_project_loss_speedup": round(statistics.median(
             o / t for o, t in zip(speeds["ours"], speeds["ours_torch_loss"])), 3)}
            if "ours_torch_loss" in speeds else {}),
+        **({f"{prefix}_chosen_rows_speedup": round(statistics.median(
+            o / f for o, f in zip(speeds["ours"], speeds["ours_full_last_layer"])), 3)}
+           if "ours_full_last_layer" in speeds else {}),
     }
 
 
@@ -298,8 +328,7 @@ def profile_ours(kind: str, size: str, args, device, out: Path) -> dict:
     batches, _ = batches_for(kind, size, args, torch.Generator().manual_seed(args.seed))
     batches = [to_device(b, device) for b in batches]
     ours, _, ours_loss, _, _ = PAIRS[kind](size, device)
-    torch_loss = torch_loss_for(kind, args)
-    ours_loss = torch_loss if torch_loss and args.loss == "torch" else ours_loss  # --loss both: profile ours' own
+    ours_loss = ours_runner(kind, args, ours_loss)  # --loss/--last-layer both: profile ours' own
     model = ours.to(device).train()
     hf_parity.step_seconds({"ours": model}, {"ours": ours_loss}, batches, args.warmup, 1)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -344,9 +373,15 @@ def main(argv: list[str] | None = None) -> int:
                              "(tasks/losses.py, as training uses), F.cross_entropy (as transformers'), or both: "
                              "a second copy of ours with F.cross_entropy takes turns too "
                              "({m}_{s}_project_loss_speedup)")
+    parser.add_argument("--last-layer", choices=["chosen", "full", "both"], default="chosen",
+                        help="ours' BERT last layer: at the MLM-chosen positions and [CLS] only (as training "
+                             "runs; the same loss and gradients), at every position (as transformers'), or both: "
+                             "a second copy of ours with the full last layer takes turns too "
+                             "(bert_{s}_chosen_rows_speedup)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     from transformer_lab.models import bert, gpt
+    from transformer_lab.utils.memory import keep_freed_memory
 
     models = [m for m in args.models.split(",") if m]
     sizes = [s for s in args.sizes.split(",") if s]
@@ -359,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(THREADS)
+    freed_memory_kept = keep_freed_memory()  # as the pipelines train (utils/memory.py); both models alike
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     peaks = {"fp32": matmul_peak(device, torch.float32), "bf16": matmul_peak(device, torch.bfloat16)}
@@ -371,11 +407,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import transformers
 
-    result = {"peak_fp32_tflops": significant(peaks["fp32"] / 1e12),
+    result = {"keep_freed_memory": freed_memory_kept, "peak_fp32_tflops": significant(peaks["fp32"] / 1e12),
               "peak_bf16_tflops": None if peaks["bf16"] is None else significant(peaks["bf16"] / 1e12)}
     for kind in models:
         for size in sizes:
+            before = resource.getrusage(resource.RUSAGE_SELF)
             result.update(measure(kind, size, args, device, peak))
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            # the kernel's share: fresh pages faulted in (utils/memory.py keeps freed ones for reuse)
+            result[f"{kind}_{size}_minor_page_faults"] = after.ru_minflt - before.ru_minflt
+            result[f"{kind}_{size}_system_cpu_s"] = round(after.ru_stime - before.ru_stime, 2)
             if args.profile:
                 result.update(profile_ours(kind, size, args, device, Path(args.out)))
     result["machine"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()

@@ -1,6 +1,7 @@
-"""Imported first by every entry point: the project root (where conf/ is found) and the project's
-own Python. `.venv/bin/dvc repro` runs each stage command with the first `python` on PATH, which
-need not be the project's; such a Python hands the command over to `.venv/bin/python`."""
+"""Imported first by every entry point: the project root (where conf/ is found), the project's
+own Python, and an allocator that keeps freed memory for the next step (utils/memory.py).
+`.venv/bin/dvc repro` runs each stage command with the first `python` on PATH, which need not be
+the project's; such a Python hands the command over to `.venv/bin/python`."""
 
 import importlib.util
 import os
@@ -36,3 +37,13 @@ def _hand_over_to_warm_interpreter() -> None:
 
 
 _hand_over_to_warm_interpreter()
+
+
+def _keep_freed_memory() -> None:
+    # here, not in the warm interpreter: a stage run cold gets it too (utils/memory.py)
+    from transformer_lab.utils.memory import keep_freed_memory
+
+    keep_freed_memory()
+
+
+_keep_freed_memory()

@@ -80,15 +80,22 @@ def test_the_throughput_benchmark_writes_speeds_and_fractions_of_the_measured_pe
     shares = json.loads(out.read_text())["gpt_tiny_profile_share"]
     assert shares["matmul"] > 0 and shares["optimizer"] > 0 and 0.9 <= sum(shares.values()) <= 1.1
     assert "aten::" in out.with_suffix(".gpt_tiny_profile.txt").read_text()
-    # --loss both: a copy of ours with F.cross_entropy takes the same turns; the ViT has no such loss to swap
-    both = subprocess.run([*command, "--models", "gpt,vit", "--loss", "both"], capture_output=True, text=True,
-                          timeout=600)
+    assert scores["keep_freed_memory"] is True and scores["bert_tiny_minor_page_faults"] >= 0
+    assert scores["bert_tiny_system_cpu_s"] >= 0
+    # --loss both: a copy of ours with F.cross_entropy takes the same turns; the ViT has no such loss to swap;
+    # --last-layer both: a copy of ours' BERT with its last layer at every position
+    both = subprocess.run([*command, "--models", "bert,gpt,vit", "--loss", "both", "--last-layer", "both"],
+                          capture_output=True, text=True, timeout=600)
     assert both.returncode == 0, both.stderr[-2000:]
     scores = json.loads(out.read_text())
     speeds = scores["gpt_tiny_all_speeds"]
     assert scores["gpt_tiny_project_loss_speedup"] == pytest.approx(
         speeds["ours"][0] / speeds["ours_torch_loss"][0], rel=0.01)
     assert "vit_tiny_project_loss_speedup" not in scores and "ours_torch_loss" not in scores["vit_tiny_all_speeds"]
+    speeds = scores["bert_tiny_all_speeds"]
+    assert scores["bert_tiny_chosen_rows_speedup"] == pytest.approx(
+        speeds["ours"][0] / speeds["ours_full_last_layer"][0], rel=0.01)
+    assert "gpt_tiny_chosen_rows_speedup" not in scores
     refused = subprocess.run([*command[:2], "--out", tmp_path / "x.json", "--models", "vit", "--sizes", "gpt2-small"],
                              capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2 and "unknown model or size: vit gpt2-small" in refused.stderr
