@@ -8,8 +8,9 @@ import pytest
 
 from transformer_lab.utils.memory import OPT_OUT_ENV, keep_freed_memory
 
-# Like a training step: hold 96 MiB in 8 MiB tensors, free them all, again; count the page faults of
-# the later rounds (the first ones fault the memory in whatever the setting).
+# Like a training step: hold 96 MiB in 8 MiB tensors and one of 48 MiB (over any mmap threshold, as GPT's
+# logits), free them all, again; count the page faults of the later rounds (the first ones fault the memory
+# in whatever the setting).
 ROUNDS = """
 import resource, sys
 import torch
@@ -18,7 +19,7 @@ kept = keep_freed_memory()
 for round in range(6):
     if round == 2:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    held = [torch.ones(2 * 1024 * 1024) for _ in range(12)]
+    held = [torch.ones(2 * 1024 * 1024) for _ in range(12)] + [torch.ones(12 * 1024 * 1024)]
     del held
 print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
@@ -37,7 +38,7 @@ def faults(env: dict) -> tuple[str, int]:
 def test_freed_memory_is_reused_instead_of_faulted_in_again():
     import os
 
-    round_pages = 96 * 1024 * 1024 // 4096  # one round's memory in 4 KiB pages
+    round_pages = 144 * 1024 * 1024 // 4096  # one round's memory in 4 KiB pages
     kept, count = faults({**os.environ, OPT_OUT_ENV: "1"})
     assert kept == "True" and count < round_pages / 10
     kept, count = faults({**os.environ, OPT_OUT_ENV: "0"})  # glibc's defaults: given back, faulted in again
