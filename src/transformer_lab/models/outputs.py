@@ -30,7 +30,8 @@ class ModelOutput:
     aux_loss: a term the task adds to its loss with a weight: the mixture-of-experts load-balancing
         loss summed over layers (GPT with ffn=moe), else None.
     hidden_states: the last layer's states, (batch, tokens, d_model) (GPT classifier:
-        (batch, n_sequences, length, d_model)).
+        (batch, n_sequences, length, d_model); BertForPreTraining at mlm_positions: only those,
+        (n_positions, d_model)).
     attentions: with return_weights=True, one (batch, heads, queries, keys) tensor per layer
         (ViT window attention: per window, (batch * windows, heads, window², window²)).
     The other heads:
