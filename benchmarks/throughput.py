@@ -38,7 +38,8 @@ Ours' BERT computes its last layer only at the MLM-chosen positions and [CLS], t
 reads (the same loss and gradients; `mlm_positions=`), where `transformers`' computes every
 position; `--last-layer full` gives ours the full last layer too, and `--last-layer both` times
 a second copy of ours with it in the same turns (`bert_{s}_chosen_rows_speedup`). FLOPs per token
-count the full last layer for both, so ours' MFU is the rate of the model's nominal FLOPs.
+(`{m}_{s}_flops_per_token`) count the full last layer, as `transformers` computes it; ours'
+(`bert_{s}_ours_flops_per_token`, its TFLOP/s and MFU) leave out what it skips.
 
 Writes: `peak_fp32_tflops`, `peak_bf16_tflops` (null where unsupported), and per model and size
 `{m}_{s}_ours_tokens_per_s`, `{m}_{s}_hf_tokens_per_s`, `{m}_{s}_ours_to_hf_speed`,
@@ -209,6 +210,18 @@ def ours_runner(kind: str, args, ours_loss):
     return ours_loss
 
 
+def last_layer_flops_skipped(model, batches: list[dict], context: int) -> int:
+    """Training FLOPs per token that ours' BERT leaves out by computing its last layer only at the
+    chosen positions and [CLS]: that layer's query, output and feed-forward products and its
+    attention at the other rows (its keys and values are still computed at every position). Rows
+    are padded per batch to the row with most chosen positions, as the model pads them."""
+    last = model.bert.blocks[-1]
+    per_row = sum(p.numel() for module in (last.attn.q, last.attn.out, last.mlp.fc_in, last.mlp.fc_out)
+                  for p in module.parameters())
+    rows = statistics.mean((1 + int(b["chosen"].sum(dim=1).max())) / context for b in batches)
+    return round((1 - rows) * (6 * per_row + 12 * model.config.d_model * context))
+
+
 def significant(value: float, digits: int = 6) -> float:
     """`value` to `digits` significant digits: on a slow or busy CPU the peak is a few GFLOP/s and a
     tiny model's MFU a few millionths, where a fixed number of decimals would lose percents."""
@@ -255,6 +268,9 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
     if kind == "bert":  # the vocabulary projection runs only at the ~15% chosen positions, not at every token
         chosen = statistics.mean(float(b["chosen"].float().mean()) for b in batches)
         per_token -= round(6 * config.vocab_size * config.d_model * (1 - chosen))
+    ours_per_token = per_token  # the FLOPs ours executes
+    if kind == "bert" and args.last_layer != "full":  # ours' last layer at the chosen rows only
+        ours_per_token -= last_layer_flops_skipped(ours, batches, context)
     ours_speed, hf_speed = statistics.median(speeds["ours"]), statistics.median(speeds["hf"])
     prefix = f"{kind}_{size}"
     return {
@@ -262,8 +278,9 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
         f"{prefix}_hf_tokens_per_s": round(hf_speed),
         f"{prefix}_ours_to_hf_speed": round(statistics.median(o / h for o, h in zip(speeds["ours"], speeds["hf"])), 3),
         f"{prefix}_flops_per_token": per_token,
-        f"{prefix}_ours_tflops": significant(per_token * ours_speed / 1e12),
-        f"{prefix}_mfu_{device.type}": significant(per_token * ours_speed / peak),
+        **({f"{prefix}_ours_flops_per_token": ours_per_token} if ours_per_token != per_token else {}),
+        f"{prefix}_ours_tflops": significant(ours_per_token * ours_speed / 1e12),
+        f"{prefix}_mfu_{device.type}": significant(ours_per_token * ours_speed / peak),
         f"{prefix}_hf_mfu_{device.type}": significant(per_token * hf_speed / peak),
         f"{prefix}_all_speeds": {name: [round(s) for s in values] for name, values in speeds.items()},
         **({f"{prefix}_project_loss_speedup": round(statistics.median(
