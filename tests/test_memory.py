@@ -48,3 +48,21 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again():
 def test_opting_out_sets_nothing(monkeypatch):
     monkeypatch.setenv(OPT_OUT_ENV, "0")
     assert keep_freed_memory() is False
+
+
+@linux_glibc
+@pytest.mark.slow  # two processes, each importing torch and transformers
+def test_the_allocator_benchmark_times_each_setting_in_its_own_process(tmp_path):
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "allocator.json"
+    subprocess.run([sys.executable, root / "benchmarks" / "allocator.py", "--out", out, "--models", "bert",
+                    "--size", "tiny", "--pairs", "1", "--steps", "1", "--warmup", "0"], check=True, capture_output=True)
+    result = json.loads(out.read_text())
+    runs = result["runs"]["bert"]
+    assert [r["kept"] for r in runs["glibc_defaults"]] == [False] and [r["kept"] for r in runs["kept"]] == [True]
+    assert result["bert_kept_speedup"] == pytest.approx(
+        result["bert_glibc_defaults_ms_per_step"] / result["bert_kept_ms_per_step"], rel=0.01)
+    assert result["bert_kept_page_faults_per_step"] >= 0 and result["bert_kept_system_ms_per_step"] >= 0
