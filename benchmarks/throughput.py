@@ -191,6 +191,10 @@ def batches_for(kind: str, size: str, args, generator) -> tuple[list[dict], int]
             for _ in range(4)], args.batch_size * tokens
 
 
+# ours / each copy of ours timed beside it, written as {model}_{size}_<key>
+COPY_SPEEDUP_KEYS = {"ours_torch_loss": "project_loss_speedup", "ours_full_last_layer": "chosen_rows_speedup"}
+
+
 def torch_loss_for(kind: str, args):
     """Ours' loss through F.cross_entropy where `--loss torch|both` asks for it and the model has one to swap."""
     import hf_parity
@@ -241,20 +245,21 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
     generator = torch.Generator().manual_seed(args.seed)
     batches, tokens_per_step = batches_for(kind, size, args, generator)
     batches = [to_device(b, device) for b in batches]
+    # copies of ours (the same weights, in the same turns) each with another runner: what one change alone is worth
+    copies = {}
     torch_loss = torch_loss_for(kind, args)
-    speeds = {"ours": [], "hf": [], **({"ours_torch_loss": []} if torch_loss and args.loss == "both" else {})}
+    if torch_loss and args.loss == "both":
+        copies["ours_torch_loss"] = torch_loss
     if kind == "bert" and args.last_layer == "both":
-        speeds["ours_full_last_layer"] = []
+        copies["ours_full_last_layer"] = hf_parity.ours_bert_full_last_layer_loss
+    speeds = {"ours": [], "hf": [], **{name: [] for name in copies}}
     for repeat in range(args.repeat):
         torch.manual_seed(args.seed + repeat)
         ours, theirs, ours_loss, hf_loss, config = PAIRS[kind](size, device)
         runners = {"ours": ours_runner(kind, args, ours_loss), "hf": hf_loss}
         models = {"ours": ours.to(device).train(), "hf": theirs.to(device).train()}
-        if "ours_torch_loss" in speeds:  # the same weights again, F.cross_entropy as its loss, in the same turns
-            models["ours_torch_loss"], runners["ours_torch_loss"] = copy.deepcopy(models["ours"]), torch_loss
-        if "ours_full_last_layer" in speeds:  # the same weights again, the last layer at every position
-            models["ours_full_last_layer"] = copy.deepcopy(models["ours"])
-            runners["ours_full_last_layer"] = hf_parity.ours_bert_full_last_layer_loss
+        for name, runner in copies.items():
+            models[name], runners[name] = copy.deepcopy(models["ours"]), runner
         if args.compile:  # as `compile.enabled=true` trains: inductor kernels for ours; transformers' model eager
             models = {name: torch.compile(m) if name != "hf" else m for name, m in models.items()}
         seconds = hf_parity.step_seconds(models, runners, batches, args.warmup, args.steps,
@@ -283,12 +288,8 @@ def measure(kind: str, size: str, args, device, peak: float) -> dict:
         f"{prefix}_mfu_{device.type}": significant(ours_per_token * ours_speed / peak),
         f"{prefix}_hf_mfu_{device.type}": significant(per_token * hf_speed / peak),
         f"{prefix}_all_speeds": {name: [round(s) for s in values] for name, values in speeds.items()},
-        **({f"{prefix}_project_loss_speedup": round(statistics.median(
-            o / t for o, t in zip(speeds["ours"], speeds["ours_torch_loss"])), 3)}
-           if "ours_torch_loss" in speeds else {}),
-        **({f"{prefix}_chosen_rows_speedup": round(statistics.median(
-            o / f for o, f in zip(speeds["ours"], speeds["ours_full_last_layer"])), 3)}
-           if "ours_full_last_layer" in speeds else {}),
+        **{f"{prefix}_{COPY_SPEEDUP_KEYS[name]}": round(statistics.median(
+            o / c for o, c in zip(speeds["ours"], speeds[name])), 3) for name in copies},
     }
 
 

@@ -1,6 +1,7 @@
 """utils/memory.py: after keep_freed_memory(), memory freed by one step is reused by the next
 instead of being given back and faulted in again (counted in page faults, not timed)."""
 
+import ctypes
 import subprocess
 import sys
 
@@ -25,7 +26,7 @@ print(kept, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 linux_glibc = pytest.mark.skipif(not sys.platform.startswith("linux") or not hasattr(
-    __import__("ctypes").CDLL(None), "gnu_get_libc_version"), reason="glibc's mallopt")
+    ctypes.CDLL(None), "gnu_get_libc_version"), reason="glibc's mallopt")
 
 
 def faults(env: dict) -> tuple[str, int]:
