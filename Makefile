@@ -20,8 +20,10 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install "$(TORCH_SPEC)"
 	# DeepSpeed ships as source only: built against the torch above (build isolation would fetch another torch)
 	$(if $(GPU),$(BIN)/python -m pip install --no-build-isolation "deepspeed==0.19.8")
-	# the rest through uv: the same resolution as pip's, in seconds rather than minutes; the torch above satisfies it
-	$(UV) -e ".[$(EXTRAS)]"
+	# the rest through uv: the same resolution as pip's, in seconds rather than minutes; the torch above satisfies it.
+	# Compiled to bytecode now (as pip does, and uv does not by default): where PYTHONDONTWRITEBYTECODE is set,
+	# every stage and test worker would otherwise compile Lightning, MLflow and the rest from source again
+	$(UV) --compile-bytecode -e ".[$(EXTRAS)]"
 	# the Optuna sweeper pins optuna<3, whose database storage (parallel sweep workers) fails on SQLAlchemy 2;
 	# it runs on the optuna the project installs (its distributions are deprecated, not removed, before 6)
 	$(UV) --no-deps "hydra-optuna-sweeper==1.3.0"
