@@ -132,3 +132,27 @@ def test_a_block_computes_chosen_rows_alone_with_keys_from_the_whole_sequence(no
     (grad_full,) = torch.autograd.grad(expected.sum(), x)
     (grad_chosen,) = torch.autograd.grad(chosen.sum(), x)
     torch.testing.assert_close(grad_chosen, grad_full, rtol=0, atol=1e-5)  # the keys' gradient reaches every position
+
+
+@pytest.mark.parametrize("masks", ["causal", "causal+padding", "shared", "per_row", "per_head", "per_key_column"])
+def test_masks_added_inside_the_product_match_the_fused_kernel(masks):
+    """The explicit path adds each mask to the scores as a 0/-inf bias inside their product; outputs and
+    gradients equal the fused kernel's, whatever the mask's broadcast shape."""
+    attn = MultiHeadSelfAttention(16, 4).eval()
+    x = torch.randn(3, 6, 16)
+    padding = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    shapes = {"shared": (6, 6), "per_row": (3, 1, 6, 6), "per_head": (3, 4, 6, 6), "per_key_column": (3, 1, 1, 6)}
+    options = {"is_causal": "causal" in masks, "key_padding_mask": padding if "padding" in masks else None}
+    if masks in shapes:
+        attn_mask = torch.rand(shapes[masks]) > 0.4
+        attn_mask[..., 0] = True  # every query sees a key: no row is all -inf
+        options["attn_mask"] = attn_mask
+    results = []
+    for return_weights in (True, False):  # the explicit path, then the fused kernel
+        x_copy = x.clone().requires_grad_()
+        out, weights = attn(x_copy, return_weights=return_weights, **options)
+        out.square().sum().backward()
+        results.append((out, x_copy.grad, attn.q.weight.grad.clone()))
+        attn.zero_grad()
+    for explicit, fused in zip(*results):
+        torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)

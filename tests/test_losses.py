@@ -26,6 +26,20 @@ def test_loss_and_gradient_equal_torchs_with_ignored_targets():
     assert ours[1][::5].abs().max() == 0  # ignored rows get no gradient
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_target_too_unlikely_for_its_probability_to_be_represented_keeps_its_exact_loss(dtype):
+    """The loss reads log p at the targets from the softmax; where p is below the dtype's normal range
+    (about 87 nats in float32, 708 in float64) that row's log-probability comes from log-softmax."""
+    logits = torch.zeros(3, 10, dtype=dtype)
+    logits[:, 0] = torch.tensor([5.0, 150.0, 1000.0], dtype=dtype)  # the targets trail by 5, 150 and 1000
+    targets = torch.tensor([1, 1, 1])
+    ours = loss_and_grad(cross_entropy, logits, targets)
+    theirs = loss_and_grad(F.cross_entropy, logits, targets)
+    assert torch.isfinite(ours[0])
+    torch.testing.assert_close(ours[0], theirs[0])
+    torch.testing.assert_close(ours[1], theirs[1])
+
+
 def test_every_target_ignored_gives_nan_as_torch():
     logits, targets = torch.randn(4, 6), torch.full((4,), IGNORE_INDEX)
     assert torch.isnan(cross_entropy(logits, targets)) and torch.isnan(F.cross_entropy(logits, targets))

@@ -58,6 +58,19 @@ def _no_padding(key_padding_mask: torch.Tensor) -> bool:
             and bool(key_padding_mask.all()))
 
 
+def _score_bias(mask: torch.Tensor, batch: int, n_heads: int, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask (True = may attend) as an additive bias, 0 or -inf, that broadcasts against the
+    (batch * n_heads, queries, keys) scores. Added inside their product (baddbmm's beta), it takes no
+    pass of its own, where filling the scores in place costs one forward and several backward (autograd
+    copies the gradient of an in-place change to a view); masked scores get no gradient either way."""
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    bias = bias[(None,) * (4 - bias.dim())]
+    if bias.shape[0] == 1 and bias.shape[1] == 1:
+        return bias[0, 0]  # the same for every row and head: (queries or 1, keys or 1)
+    queries, keys = bias.shape[2:]
+    return bias.broadcast_to(batch, n_heads, queries, keys).reshape(batch * n_heads, queries, keys)
+
+
 class MultiHeadSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True,
                  fast_dropout: bool = True):
@@ -151,14 +164,13 @@ class MultiHeadSelfAttention(nn.Module):
         # math path with torch's costly masks anyway: both are computed explicitly instead.
         cheap_masks = dropout_p > 0 and self.fast_dropout and x.device.type == "cpu"
         if return_weights or cheap_masks:
-            # the product scales as it multiplies (alpha), sparing a pass over q forward and backward;
-            # masking in place saves a copy (the product's backward needs q and k, not the scores)
+            # the product scales (alpha) and masks (the bias, beta) as it multiplies, sparing passes over
+            # q and the scores forward and backward
             heads = batch * self.n_heads
-            scores = torch.baddbmm(q.new_empty(1, 1, 1), q.reshape(heads, length, self.d_head),
-                                   k.reshape(heads, -1, self.d_head).transpose(1, 2), beta=0,
+            bias = q.new_empty(1, 1) if mask is None else _score_bias(mask, batch, self.n_heads, q.dtype)
+            scores = torch.baddbmm(bias, q.reshape(heads, length, self.d_head),
+                                   k.reshape(heads, -1, self.d_head).transpose(1, 2), beta=0 if mask is None else 1,
                                    alpha=1 / math.sqrt(self.d_head)).view(batch, self.n_heads, length, -1)
-            if mask is not None:
-                scores.masked_fill_(~mask, float("-inf"))
             probabilities = scores.softmax(dim=-1)
             attended = masked_dropout(probabilities, dropout_p, self.training, fast=self.fast_dropout) @ v
             weights = probabilities if return_weights else None
