@@ -150,7 +150,7 @@ def test_masks_added_inside_the_product_match_the_fused_kernel(masks):
     results = []
     for return_weights in (True, False):  # the explicit path, then the fused kernel
         x_copy = x.clone().requires_grad_()
-        out, weights = attn(x_copy, return_weights=return_weights, **options)
+        out, _ = attn(x_copy, return_weights=return_weights, **options)
         out.square().sum().backward()
         results.append((out, x_copy.grad, attn.q.weight.grad.clone()))
         attn.zero_grad()
