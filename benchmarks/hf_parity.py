@@ -16,7 +16,7 @@ largest absolute difference over last hidden states, MLM logits and NSP logits
 (`bert_max_abs_diff`, and each in `parity`).
 
 Throughput: `--steps` training steps (forward, MLM cross-entropy on ~15% of positions (ours
-through `tasks/losses.py`, as the pre-training task), NSP cross-entropy, backward, AdamW step,
+through `tasks/losses.py`, as the pre-training task), NSP cross-entropy, backward, fused AdamW step,
 zero_grad) after `--warmup` untimed ones, in train mode with dropout 0.1, on full-length random
 batches, 2 threads. Both compute the vocabulary projection only at the chosen positions (ours:
 `mlm_positions=`; Hugging Face: `hf.bert`, then `hf.cls.predictions(hidden[chosen])` and
@@ -271,14 +271,17 @@ def step_seconds(models: dict, runners: dict, batches: list[dict], warmup: int, 
     runners[name](model, batch) returns the loss of one forward. The models take turns step by
     step (who goes first swaps every step), so that load from other processes on the machine
     falls on both alike; batches are reused in turn. On a GPU each step is timed to its end
-    (synchronised); bf16: the forward under bf16 autocast.
+    (synchronised); bf16: the forward under bf16 autocast. The optimizer is fused AdamW.
     """
     import torch
 
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=LR) for name, model in models.items()}
+    device = next(next(iter(models.values())).parameters()).device
+    # fused AdamW for both, as each trains by default: the project's tasks (tasks/schedules.py) and
+    # `transformers`' Trainer (optim "adamw_torch_fused" on torch >= 2.8)
+    fused = device.type in ("cpu", "cuda")
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=LR, fused=fused) for name, model in models.items()}
     for model in models.values():
         model.train()
-    device = next(next(iter(models.values())).parameters()).device
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     seconds = {name: [] for name in models}
     names = list(models)
@@ -381,7 +384,7 @@ def run_gpt(args) -> tuple[dict, dict]:
         "size": args.gpt_size, "vocab_size": VOCAB_SIZE, "max_positions": hf_config.n_positions,
         "layers_hidden_heads": [hf_config.n_layer, hf_config.n_embd, hf_config.n_head],
         "norm_first": True, "activation": "hf gelu_new = ours gelu_tanh",
-        "dropout": DROPOUT, "optimizer": f"AdamW lr={LR}", "threads": THREADS,
+        "dropout": DROPOUT, "optimizer": f"AdamW (fused) lr={LR}", "threads": THREADS,
         "lm_loss": "next-token cross-entropy over positions 0..seq_len-2, full vocabulary projection, "
                    "computed the same way for both (ours: model(ids).logits; hf: model(input_ids=ids).logits)",
         "tied_lm_head": True, "timing": TIMING,
@@ -422,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {}
     settings = {**vars(args), "keep_freed_memory": keep_freed_memory(),  # as the pipelines train; both alike
                 "vocab_size": VOCAB_SIZE, "max_positions": MAX_POSITIONS,
-                "optimizer": f"AdamW lr={LR}", "threads": THREADS, "timing": TIMING}
+                "optimizer": f"AdamW (fused) lr={LR}", "threads": THREADS, "timing": TIMING}
     if args.models in ("bert", "both"):
         bert_result, bert_settings = run_bert(args)
         result.update(bert_result)

@@ -22,7 +22,7 @@ are the project's named sizes (`tiny` is the CPU default of the pipeline's stage
 next); the ViT's `tiny` is the digits model (8 x 8 pictures, 2 x 2 patches: 17 tokens) and
 `mini` stands for `vit-ti/16` on 64 x 64 pictures (17 tokens of width 192).
 
-Each model is timed in training steps (forward, loss, backward, AdamW step, zero_grad), ours
+Each model is timed in training steps (forward, loss, backward, fused AdamW step, zero_grad), ours
 and the reference taking turns step by step so that load on a shared machine falls on both;
 tokens/s (images/s x tokens per image for the ViT) are medians over `--repeat` repeats. FLOPs
 per token are the throughput callback's (6N for the parameter matmuls + 12·L·d·T for

@@ -156,3 +156,50 @@ def test_masks_added_inside_the_product_match_the_fused_kernel(masks):
         attn.zero_grad()
     for explicit, fused in zip(*results):
         torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("length", [64, 65])
+@pytest.mark.parametrize("padded", [False, True])
+def test_causal_halves_give_the_whole_products_output_and_gradients(length, padded):
+    """Training's causal attention computes its first half of queries against the first half of keys
+    only; the output and every gradient equal the whole product's."""
+    attn = MultiHeadSelfAttention(16, 4)
+    x = torch.randn(2, length, 16)
+    mask = torch.ones(length, length, dtype=torch.bool).tril()
+    if padded:
+        padding = torch.ones(2, length, dtype=torch.bool)
+        padding[1, -5:] = False
+        mask = padding[:, None, None, :] & mask
+    results = []
+    for causal_halves in (True, False):
+        x_copy = x.clone().requires_grad_()
+        q, k, v = (attn._split_heads(part) for part in attn._project_qkv(x_copy))
+        out, weights = attn._explicit_attention(q, k, v, mask, 0.0, causal_halves=causal_halves)
+        assert (weights is None) == causal_halves
+        out.square().sum().backward()
+        results.append((out, x_copy.grad, attn.k.weight.grad.clone()))
+        attn.zero_grad()
+    for halves, whole in zip(*results):
+        torch.testing.assert_close(halves, whole, atol=1e-5, rtol=1e-5)
+
+
+def test_the_causal_halves_benchmark_times_both_ways_and_restores_the_limit(tmp_path, monkeypatch):
+    import json
+    import sys
+    from pathlib import Path
+
+    from transformer_lab.models import attention
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.modules.pop("causal_halves", None)
+    import causal_halves
+
+    out = tmp_path / "halves.json"
+    assert causal_halves.main(["--out", str(out), "--lengths", "8,64", "--tokens", "128", "--width", "16",
+                               "--iterations", "2", "--warmup", "1"]) == 0
+    result = json.loads(out.read_text())
+    for length in (8, 64):
+        assert result[f"{length}_whole_ms"] > 0 and result[f"{length}_halves_ms"] > 0
+        assert result[f"{length}_halves_speedup"] == pytest.approx(
+            result[f"{length}_whole_ms"] / result[f"{length}_halves_ms"], rel=0.01)
+    assert attention.CAUSAL_HALVES_MIN_LENGTH == 64  # the module's own limit, back after the timing
