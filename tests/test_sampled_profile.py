@@ -45,8 +45,13 @@ def test_samples_are_classed_by_their_innermost_frame_and_waits_by_the_operator_
                     and shutil.which("py-spy") is None, reason="py-spy is not installed (pip install -e '.[dev]')")
 def test_a_sampled_run_of_ours_and_transformers_gpt_writes_shares_that_add_up(sampled_profile, tmp_path):
     out = tmp_path / "profile.json"
-    assert sampled_profile.main(["--out", str(out), "--models", "gpt", "--sizes", "tiny", "--steps", "3",
-                                 "--warmup", "1", "--rate", "50", "--keep-stacks"]) == 0
+    try:
+        assert sampled_profile.main(["--out", str(out), "--models", "gpt", "--sizes", "tiny", "--steps", "3",
+                                     "--warmup", "1", "--rate", "50", "--keep-stacks"]) == 0
+    except SystemExit as stop:  # a machine that forbids ptrace: nothing here can sample, say so
+        if "ermission" in str(stop) or "not permitted" in str(stop):
+            pytest.skip(f"this machine forbids tracing a process: {stop}")
+        raise
     result = json.loads(out.read_text())
     for who in ("ours", "hf"):
         share = result[f"gpt_tiny_{who}_share"]
