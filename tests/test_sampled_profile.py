@@ -41,6 +41,7 @@ def test_samples_are_classed_by_their_innermost_frame_and_waits_by_the_operator_
         sampled_profile.summarize(lines[-2:])
 
 
+@pytest.mark.slow  # two processes import torch and transformers under a sampler: 25-45 s
 @pytest.mark.skipif(shutil.which("py-spy", path=str(Path(sys.executable).parent)) is None
                     and shutil.which("py-spy") is None, reason="py-spy is not installed (pip install -e '.[dev]')")
 def test_a_sampled_run_of_ours_and_transformers_gpt_writes_shares_that_add_up(sampled_profile, tmp_path):
