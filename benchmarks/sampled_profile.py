@@ -55,7 +55,8 @@ GROUPS = (
     ("AdamW", ("adam",)),
     ("Python garbage collector", ("gc_collect",)),
     ("elementwise loops and reductions", ("function_ref", "tensoriterator", "vectorized", "vec::", "cpu_kernel",
-                                          "basic_loop", "for_each", "reduce", "_sum", "copy", "index", "cat", "fill", "exp")),
+                                          "basic_loop", "for_each", "reduce", "_sum", "copy", "index", "cat_", "fill",
+                                          "sleef_exp")),
     ("C library (memcpy, memset, malloc)", ("memcpy", "memset", "memmove", "malloc", "free", "_int_")),
 )
 WAIT_GROUP = "OpenMP: waiting for the other thread"
