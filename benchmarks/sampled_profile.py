@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -42,9 +41,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-THREADS = 2
+import throughput  # the steps are throughput.py's, built by its helpers, on its threads
+
 TIMED_FRAME = "timed_steps ("  # the child's function around the timed steps: only samples under it count
 
+C_LIBRARY_GROUP = "C library (memcpy, memset, malloc)"
 # (group, fragments of the innermost frame's function name), first match wins
 GROUPS = (
     ("matmuls (MKL sgemm)", ("sgemm", "gemm_", "mkl_blas")),
@@ -57,7 +58,7 @@ GROUPS = (
     ("elementwise loops and reductions", ("function_ref", "tensoriterator", "vectorized", "vec::", "cpu_kernel",
                                           "basic_loop", "for_each", "reduce", "_sum", "copy", "index", "cat_", "fill",
                                           "sleef_exp")),
-    ("C library (memcpy, memset, malloc)", ("memcpy", "memset", "memmove", "malloc", "free", "_int_")),
+    (C_LIBRARY_GROUP, ("memcpy", "memset", "memmove", "malloc", "free", "_int_")),
 )
 WAIT_GROUP = "OpenMP: waiting for the other thread"
 PYTHON_GROUP = "Python and torch's Python bindings"
@@ -73,17 +74,19 @@ def frame_library(frame: str) -> str:
     return frame.rsplit(" (", 1)[1].rstrip(")") if " (" in frame else ""
 
 
+def group_of(frame: str) -> str | None:
+    """The first group whose fragments the frame's function name contains, or None."""
+    name = frame_function(frame).lower()
+    return next((group for group, fragments in GROUPS if any(fragment in name for fragment in fragments)), None)
+
+
 def waiting_op(frames: list[str]) -> str:
     """The operator whose parallel region the main thread waits in: the first frame above the
     libgomp ones, named by group where one matches."""
     for frame in reversed(frames):
         if "libgomp" in frame_library(frame) or frame_function(frame).startswith("0x"):
             continue
-        name = frame_function(frame).lower()
-        for group, fragments in GROUPS:
-            if any(fragment in name for fragment in fragments):
-                return group
-        return frame_function(frame)[:80]
+        return group_of(frame) or frame_function(frame)[:80]
     return "unknown"
 
 
@@ -93,15 +96,14 @@ def classify(frames: list[str]) -> str:
     parent = frames[-2] if len(frames) > 1 else ""
     if "libgomp" in frame_library(leaf) or (frame_function(leaf).startswith("0x") and "libgomp" in parent):
         return WAIT_GROUP
-    name = frame_function(leaf).lower()
-    for group, fragments in GROUPS:
-        if any(fragment in name for fragment in fragments):
-            return group
+    group = group_of(leaf)
+    if group:
+        return group
     library = frame_library(leaf)
     if ".py:" in library or "python" in library or not library:  # libtorch_python.so: the bindings
         return PYTHON_GROUP
     if "libc.so" in library:
-        return "C library (memcpy, memset, malloc)"
+        return C_LIBRARY_GROUP
     return OTHER_GROUP
 
 
@@ -143,13 +145,12 @@ def child(kind: str, size: str, who: str, args, result_path: Path) -> None:
     """Train one side's model as throughput.py does: warm up, say "ready", wait for the parent's
     "go" (py-spy attached), then time the steps and write the mean step to result_path."""
     import hf_parity
-    import throughput
     import torch
 
     from transformer_lab.utils.memory import keep_freed_memory
 
     keep_freed_memory()
-    torch.set_num_threads(THREADS)
+    torch.set_num_threads(throughput.THREADS)
     device = torch.device("cpu")
     args.loss, args.last_layer = "project", "chosen"  # each side's own loss, as throughput.py times them
     batches, _ = throughput.batches_for(kind, size, args, torch.Generator().manual_seed(args.seed))
@@ -167,6 +168,11 @@ def child(kind: str, size: str, who: str, args, result_path: Path) -> None:
     print("ready", flush=True)
     sys.stdin.readline()
     result_path.write_text(json.dumps({"step_s": timed_steps()}))
+
+
+def last_line(path: Path) -> str:
+    """A log's last line, for a one-line error."""
+    return (path.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
 
 
 def wait_for_line(path: Path, text: str, process, timeout_s: float) -> bool:
@@ -197,13 +203,12 @@ def sample(kind: str, size: str, who: str, args, py_spy: str, out: Path) -> dict
                 if trainee.stdout.readline().strip() != "ready":
                     trainee.wait()
                     raise SystemExit(f"{kind} {size} {who} failed before its timed steps: "
-                                     f"{(child_log.read_text().strip().splitlines() or ['no output'])[-1]}")
+                                     f"{last_line(child_log)}")
                 spy = subprocess.Popen([py_spy, "record", "--pid", str(trainee.pid), "--native", "--rate",
                                         str(args.rate), "--format", "raw", "--output", str(raw)],
                                        stdout=spy_out, stderr=subprocess.STDOUT)
                 if not wait_for_line(spy_log, "Sampling process", spy, timeout_s=60):
-                    lines = spy_log.read_text(errors="replace").strip().splitlines() or ["no output"]
-                    raise SystemExit(f"py-spy could not attach to {kind} {size} {who}: {lines[-1]}")
+                    raise SystemExit(f"py-spy could not attach to {kind} {size} {who}: {last_line(spy_log)}")
                 trainee.stdin.write("go\n")
                 trainee.stdin.close()
                 trainee.wait()
@@ -214,10 +219,10 @@ def sample(kind: str, size: str, who: str, args, py_spy: str, out: Path) -> dict
                         process.kill()
         if trainee.returncode != 0 or not result.exists():
             raise SystemExit(f"{kind} {size} {who} failed in its timed steps (exit {trainee.returncode}): "
-                             f"{(child_log.read_text().strip().splitlines() or ['no output'])[-1]}")
+                             f"{last_line(child_log)}")
         if not raw.exists():
             raise SystemExit(f"py-spy wrote no stacks for {kind} {size} {who}: "
-                             f"{(spy_log.read_text().strip().splitlines() or ['no output'])[-1]}")
+                             f"{last_line(spy_log)}")
         summary = summarize(raw.read_text().splitlines())
         summary["step_s"] = round(json.loads(result.read_text())["step_s"], 4)
         if args.keep_stacks:
@@ -256,8 +261,6 @@ def main(argv: list[str] | None = None) -> int:
     if py_spy is None:
         raise SystemExit("py-spy not found: pip install py-spy (it is in the project's dev extra)")
 
-    from throughput import cpu_model
-
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     result: dict = {}
     for kind in args.models.split(","):
@@ -266,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(sample(kind, size, who, args, py_spy, Path(args.out)))
     result["settings"] = {"models": args.models, "sizes": args.sizes, "which": args.which, "steps": args.steps,
                           "warmup": args.warmup, "rate": args.rate, "batch_size": args.batch_size,
-                          "seq_len": args.seq_len, "seed": args.seed, "threads": THREADS, "cpu": cpu_model(),
+                          "seq_len": args.seq_len, "seed": args.seed, "threads": throughput.THREADS,
+                          "cpu": throughput.cpu_model(),
                           "py_spy": subprocess.run([py_spy, "--version"], check=True, capture_output=True,
                                                    text=True).stdout.strip()}
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
@@ -274,5 +278,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PROJECT_ROOT", str(ROOT))
     raise SystemExit(main())
