@@ -20,8 +20,6 @@ import statistics
 import time
 from pathlib import Path
 
-THREADS = 2
-
 
 def measure(length: int, args) -> dict:
     import torch
@@ -62,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from throughput import cpu_model
+    from throughput import THREADS, cpu_model  # the thread count every benchmark here uses
 
     from transformer_lab.utils.memory import keep_freed_memory
 
