@@ -124,12 +124,11 @@ class MultiHeadSelfAttention(nn.Module):
         parts = []
         for (start, end, seen), q_part in zip(spans, q.split([end - start for start, end, _ in spans], dim=1)):
             k_seen, v_seen = (k, v) if seen == keys else (k[:, :seen], v[:, :seen])
-            if bias is None:
-                scores = torch.baddbmm(q.new_empty(1, 1), q_part, k_seen.transpose(1, 2), beta=0,
-                                       alpha=1 / math.sqrt(d_head))
+            if bias is None:  # beta=0: the product alone, its placeholder input never read
+                rows, beta = q.new_empty(1, 1), 0
             else:
-                rows = bias[..., start:end, :seen] if bias.shape[-2] > 1 else bias[..., :seen]
-                scores = torch.baddbmm(rows, q_part, k_seen.transpose(1, 2), alpha=1 / math.sqrt(d_head))
+                rows, beta = (bias[..., start:end, :seen] if bias.shape[-2] > 1 else bias[..., :seen]), 1
+            scores = torch.baddbmm(rows, q_part, k_seen.transpose(1, 2), beta=beta, alpha=1 / math.sqrt(d_head))
             probabilities = scores.softmax(dim=-1)
             attended = masked_dropout(probabilities, dropout_p, self.training, fast=self.fast_dropout) @ v_seen
             parts.append(attended.view(batch, self.n_heads, end - start, d_head).transpose(1, 2))
