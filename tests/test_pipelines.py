@@ -3,6 +3,7 @@ inferred from the family the checkpoint names, one-line errors for bad input, an
 extraction from MiniLM against sentence-transformers."""
 
 import importlib.util
+import re
 import warnings
 
 import numpy as np
@@ -257,3 +258,34 @@ def test_free_text_on_the_command_line_is_quoted_for_hydra():
     assert argv[0] == "predict.py" and argv[-2] == "model=x" and argv[-1] == "text='kept, as typed'"
     parsed = OverridesParser.create().parse_overrides(argv[1:-2])
     assert [override.value() for override in parsed] == texts
+
+
+# ------------------------------------------------------------------------------------------------
+# Input files: output line N answers input line N
+
+
+def test_a_blank_line_inside_an_input_file_is_one_error_naming_it(tmp_path):
+    from transformer_lab.predict import read_inputs
+
+    files = {"gap.txt": ("first\n\nthird\n", 2), "gap.jsonl": ('{"text": "a"}\n{"text": "b"}\n  \n"c"\n', 3),
+             "gap.csv": ("text,label\na,1\n\nb,2\n", 3)}
+    for name, (content, line) in files.items():
+        (tmp_path / name).write_text(content)
+        with pytest.raises(TransformerLabError, match=f"^{re.escape(str(tmp_path / name))}:{line}: blank line"):
+            read_inputs(tmp_path / name, "text-classification")
+    # blank lines after the last input shift nothing: they end the file
+    (tmp_path / "trailing.txt").write_text("first\nsecond\n\n \n")
+    assert read_inputs(tmp_path / "trailing.txt", "text-classification") == ["first", "second"]
+    (tmp_path / "trailing.jsonl").write_text('{"text": "a"}\n"b"\n\n')
+    assert read_inputs(tmp_path / "trailing.jsonl", "text-classification") == ["a", "b"]
+
+
+def test_csv_rows_are_numbered_by_their_line_and_must_fill_the_header(tmp_path):
+    from transformer_lab.predict import read_inputs
+
+    (tmp_path / "quoted.csv").write_text('text\n"two\nlines"\n""\n')  # a quoted cell across lines
+    with pytest.raises(TransformerLabError, match=f"^{re.escape(str(tmp_path / 'quoted.csv'))}:4: field 'text' is missing"):
+        read_inputs(tmp_path / "quoted.csv", "text-classification")
+    (tmp_path / "ragged.csv").write_text("text,text_pair\na,b\nc,d,e\n")
+    with pytest.raises(TransformerLabError, match=f"^{re.escape(str(tmp_path / 'ragged.csv'))}:3: 3 cells for the header's 2"):
+        read_inputs(tmp_path / "ragged.csv", "text-classification")

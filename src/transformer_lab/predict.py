@@ -3,8 +3,9 @@ of inputs (txt, jsonl or csv) written to a jsonl file, the pipeline's output fie
 
 Each input file line (jsonl: an object or a string; csv: a row; txt: a line) becomes the
 pipeline's input by the task's fields: text (and text_pair); question and context; image (a
-path, relative to the input file); for tables the row itself. A line that lacks its field is one
-error naming the file and line, and nothing is written.
+path, relative to the input file); for tables the row itself. Output line N answers input line
+(row) N. A line that lacks its field, or a blank line among the inputs, is one error naming the
+file and line, and nothing is written.
 """
 
 from __future__ import annotations
@@ -46,24 +47,59 @@ def record_input(task: str, record, where: str, folder: Path):
     return record["text"]
 
 
+def numbered_lines(path: Path, text: str) -> list[tuple[int, str]]:
+    """(line number, line) of a text or jsonl input file. A blank line before the last input is
+    an error naming it: skipped, it would shift every later answer one line up (output line N
+    answers input line N); blank lines after the last input shift nothing and end the file."""
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            raise TransformerLabError(f"{path}:{number}: blank line; each line is one input, answered on "
+                                      "the same line of output= (remove it, or put an input there)")
+    return list(enumerate(lines, 1))
+
+
+def csv_records(path: Path, text: str) -> list[tuple[int, dict]]:
+    """(line number, row) of a csv input file with a header row, each row numbered by the line
+    it starts on (a quoted cell may span lines). A blank line among the rows is an error, as in
+    a text file; one after the last row ends the file."""
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    records, blank, number = [], None, reader.line_num + 1
+    for cells in reader:
+        if not cells:  # the csv module's reading of an empty line
+            blank = blank or number
+        else:
+            if blank:
+                raise TransformerLabError(f"{path}:{blank}: blank line; each row is one input, answered on "
+                                          "the same line of output= (remove it, or put an input there)")
+            if len(cells) != len(header):
+                raise TransformerLabError(f"{path}:{number}: {len(cells)} cells for the header's {len(header)}")
+            records.append((number, dict(zip(header, cells))))
+        number = reader.line_num + 1
+    return records
+
+
 def read_inputs(path: str | Path, task: str) -> list:
-    """Every input of an input file, by its suffix: .jsonl, .csv (a header row), else one text per line."""
+    """Every input of an input file, by its suffix: .jsonl, .csv (a header row), else one text per
+    line; one input per line (a row), so that the output's lines line up with them."""
     path = Path(path)
     if not path.is_file():
         raise TransformerLabError(f"input={path}: file not found")
     text = decode_utf8(path, path.read_bytes())
     if path.suffix == ".jsonl":
         records = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    records.append((number, json.loads(line)))
-                except json.JSONDecodeError as err:
-                    raise TransformerLabError(f"{path}:{number}: not JSON ({err.msg})") from None
+        for number, line in numbered_lines(path, text):
+            try:
+                records.append((number, json.loads(line)))
+            except json.JSONDecodeError as err:
+                raise TransformerLabError(f"{path}:{number}: not JSON ({err.msg})") from None
     elif path.suffix == ".csv":
-        records = [(number, row) for number, row in enumerate(csv.DictReader(io.StringIO(text)), 2)]
+        records = csv_records(path, text)
     else:
-        records = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+        records = numbered_lines(path, text)
     if not records:
         raise TransformerLabError(f"{path}: no inputs")
     return [record_input(task, record, f"{path}:{number}", path.parent) for number, record in records]
