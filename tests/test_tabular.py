@@ -2,6 +2,7 @@
 TabTransformer's column-set symmetry, the baselines, and the command-line stages."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -211,3 +212,125 @@ def test_heart_missing_cells_are_handled(tmp_path):
     assert summary["rows"] == 303 and summary["classes"] == ["num <= 0", "num > 0"]
     assert summary["missing_cells"] == {"ca": 4, "thal": 2}
     assert summary["class_counts"] == {"num <= 0": 164, "num > 0": 139}
+
+
+def test_a_duplicated_column_name_is_refused_naming_the_file_and_the_column(tmp_path):
+    """pandas renames a repeated header cell `size.1`: with a schema the first copy would win, with
+    data.schema=infer the second would become a feature of its own."""
+    csv, schema = write_table(tmp_path)
+    lines = csv.read_text().splitlines()
+    lines[0] = lines[0].replace("weight", "size")  # colour,shape,size,size,label
+    csv.write_text("\n".join(lines) + "\n")
+    for schema_path in (str(schema), "infer"):
+        with pytest.raises(DataError, match=r"table.csv:1: column 'size' appears twice in the header "
+                                            r"\(columns 3 and 4\)"):
+            prepare("local", str(tmp_path / "p"), schema_path, local_path=str(csv))
+    assert not (tmp_path / "p").exists()
+    # rows handed to a trained model as a frame: the same refusal, not the first copy
+    with pytest.raises(DataError, match=r"column 'size' appears more than once"):
+        read_table("rows", TableSchema.load(schema), pd.DataFrame([[1.0, 2.0]], columns=["size", "size"]),
+                   labelled=False)
+
+
+@pytest.mark.parametrize("cell, reads_as", [("inf", "inf"), ("-Infinity", "-inf"), ("1e400", "inf"),
+                                            ("nan", "nan")])
+def test_a_non_finite_number_in_a_file_is_refused_with_its_line_and_column(tmp_path, cell, reads_as):
+    csv, schema = write_table(tmp_path)
+    lines = csv.read_text().splitlines()
+    cells = lines[6].split(",")
+    cells[3] = cell  # the weight of the row on line 7
+    lines[6] = ",".join(cells)
+    csv.write_text("\n".join(lines) + "\n")
+    for schema_path in (str(schema), "infer"):
+        with pytest.raises(DataError, match=rf"table.csv:7: column 'weight': '{cell}' reads as {reads_as}, "
+                                            r"not a finite number \(a missing cell is empty or one of \['\?'"):
+            prepare("local", str(tmp_path / "p"), schema_path, local_path=str(csv))
+
+
+@pytest.fixture
+def prepared_toy(tmp_path):
+    """A prepared table, its preprocessor as a checkpoint carries it, and three raw rows."""
+    from transformer_lab.data.tabular import TabularPreprocessor
+
+    csv, schema = write_table(tmp_path, rows=100)
+    prepared = tmp_path / "p"
+    prepare("local", str(prepared), str(schema), local_path=str(csv))
+    preprocessor = TabularPreprocessor.from_state(TabularDataModule(str(prepared)).preprocessor.to_state())
+    rows = pd.read_csv(csv, dtype=str, keep_default_na=False).drop(columns="label").head(3).to_dict(orient="records")
+    return preprocessor, rows, prepared
+
+
+@pytest.mark.parametrize("value, message", [
+    (1e400, r"row 1: column 'size': 'inf' reads as inf, not a finite number"),
+    (float("-inf"), r"row 1: column 'size': '-inf' reads as -inf, not a finite number"),
+    ("nan", r"row 1: column 'size': 'nan' reads as nan, not a finite number"),
+    # finite, but standardised by the training rows it is beyond float32: inf at the model
+    (1e300, r"row 1: column 'size': 1e\+300 is out of range: standardised by the training rows"),
+])
+def test_a_non_finite_number_never_reaches_a_model_at_inference(prepared_toy, value, message):
+    """What the tabular pipeline, the MLflow model and the baselines call: the preprocessor's encoding."""
+    from sklearn.linear_model import LogisticRegression
+
+    from transformer_lab.baselines import FittedBaseline, fit
+    from transformer_lab.data.tabular import encoded_splits
+
+    preprocessor, rows, prepared = prepared_toy
+    rows[1]["size"] = value
+    with pytest.raises(DataError, match=message):
+        preprocessor.batch(rows)
+    with pytest.raises(DataError, match=message):
+        preprocessor.encode(pd.DataFrame(rows))
+    encoded, encoder = encoded_splits(prepared)
+    estimator = fit(LogisticRegression(max_iter=200), encoder, encoded["train"], encoded["validation"])
+    with pytest.raises(DataError, match=message):  # not scikit-learn's "Input X contains infinity"
+        FittedBaseline(estimator, preprocessor).predict(rows)
+
+
+def test_a_nan_value_in_a_row_is_pandas_missing_cell_not_a_number(prepared_toy):
+    """float NaN is how pandas writes a missing cell (a frame of rows where one lacks a column), so
+    it is a missing cell, as None and the empty string are; only text reading as nan is refused."""
+    preprocessor, rows, _ = prepared_toy
+    missing = [{**rows[0], "size": value} for value in (float("nan"), None, "", "?")]
+    continuous = preprocessor.batch(missing)["continuous"]
+    assert torch.isfinite(continuous).all()
+    assert (continuous == continuous[0]).all()
+
+
+@pytest.mark.filterwarnings("error::pandas.errors.PerformanceWarning")
+def test_a_wide_table_is_prepared_trained_on_and_encoded_without_fragmenting_frames(tmp_path):
+    """500 columns: a frame built a column at a time warns (PerformanceWarning) once per column."""
+    rng = np.random.default_rng(0)
+    rows = 40
+    columns = {f"number_{i}": rng.normal(0, 1, rows).round(3).astype(str) for i in range(250)}
+    columns |= {f"code_{i}": rng.choice(["a", "b", "c"], rows) for i in range(250)}
+    csv = tmp_path / "wide.csv"
+    pd.DataFrame({**columns, "label": rng.choice(["x", "y"], rows)}).to_csv(csv, index=False)
+    prepare("local", str(tmp_path / "p"), "infer", local_path=str(csv), folds=2)
+    data = TabularDataModule(str(tmp_path / "p"), fold=1)
+    data.setup()
+    data.preprocessor.batch(pd.read_csv(csv, dtype=str).drop(columns="label").to_dict(orient="records"))
+    TabularDataModule(str(tmp_path / "p")).setup()
+    assert data.model_kwargs()["n_continuous"] == 250 and len(data.model_kwargs()["cardinalities"]) == 250
+
+
+def test_a_directory_given_for_a_file_and_a_one_class_target_say_what_is_wrong(tmp_path):
+    csv, schema = write_table(tmp_path)
+    folder = tmp_path / "folder.csv"
+    folder.mkdir()
+    for schema_path in (str(schema), "infer"):
+        with pytest.raises(DataError, match=rf"^{re.escape(str(folder))}: is a directory, expected a CSV file \(data.local_path\)$"):
+            prepare("local", str(tmp_path / "p"), schema_path, local_path=str(folder))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path))}: is a directory, expected a schema file \(YAML\)$"):
+        prepare("local", str(tmp_path / "p"), str(tmp_path), local_path=str(csv))
+    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path / 'absent.csv'))}: file not found \(data.local_path\)$"):
+        prepare("local", str(tmp_path / "p"), str(schema), local_path=str(tmp_path / "absent.csv"))
+
+    frame = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    frame.assign(label="yes").to_csv(csv, index=False)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(csv))}: target column 'label' has one class \('yes'\): "
+                                        r"a classifier needs at least 2$"):
+        prepare("local", str(tmp_path / "p"), str(schema), local_path=str(csv))
+    frame.assign(label=["no"] + ["yes"] * (len(frame) - 1)).to_csv(csv, index=False)
+    with pytest.raises(DataError, match=r"every class needs at least 2 rows for a stratified split "
+                                        r"\(counts: \{'yes': 59, 'no': 1\}\)"):
+        prepare("local", str(tmp_path / "p"), str(schema), local_path=str(csv))

@@ -16,7 +16,10 @@ left out as identifiers), says which column it treated how, and writes the schem
 beside the prepared table (schema.yaml) for the user to edit and pass back.
 
 Preparation reads the table as text, so nothing is silently converted: a continuous cell that is
-neither a number nor a missing marker is an error naming the file, line and column. The split is
+neither a finite number nor a missing marker (text reading as inf or nan, such as "inf", "1e400" or
+"nan", is not one) is an error naming the file, line and column, as is a column name the header
+repeats. In rows handed to a trained model a float NaN is pandas' missing cell, and a value that
+standardises beyond 32-bit floats is refused, so nothing non-finite reaches a model. The split is
 stratified and seeded (train / validation / test), with an optional stratified k-fold column for
 cross-validation on small tables.
 
@@ -46,6 +49,7 @@ import torch
 import yaml
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from transformer_lab.data.checks import require_file, require_two_classes
 from transformer_lab.data.preprocessing import check_state
 from transformer_lab.errors import DataError
 from transformer_lab.utils.io import atomic_directory, atomic_write_json
@@ -84,8 +88,7 @@ class TableSchema:
 def read_schema_fields(path: Path, schema_class: type, described: str) -> dict:
     """A schema file's mapping, checked against the dataclass `schema_class`: valid YAML, known
     fields only, name and target given, the column lists lists; each problem one DataError."""
-    if not path.is_file():
-        raise DataError(f"{path}: schema file not found")
+    require_file(path, "a schema file (YAML)", "schema file not found")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
@@ -106,13 +109,17 @@ def read_schema_fields(path: Path, schema_class: type, described: str) -> dict:
 
 
 def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | None = None,
-               labelled: bool = True) -> pd.DataFrame:
+               labelled: bool = True, in_file: bool = True) -> pd.DataFrame:
     """The schema's columns of a CSV (or of `frame`, with `source` naming it in errors), parsed:
     categoricals as stripped strings (None = missing), continuous as floats (NaN = missing), the
     label under LABEL (labelled=False: rows to predict, no target column), and each row's line in
-    the file under LINE."""
+    the file under LINE. in_file=False: `frame` holds rows handed over in memory, named in errors
+    as "row I" (from 0), not by a line of `source`."""
     if frame is None:
         frame = read_local_frame(source)
+    repeated = frame.columns[frame.columns.duplicated()]
+    if len(repeated):
+        raise DataError(f"{source}: column {repeated[0]!r} appears more than once")
     absent = [c for c in [schema.target] * labelled + schema.features if c not in frame.columns]
     if absent:
         raise DataError(f"{source}: column {absent[0]!r} named in the schema is not in the file "
@@ -120,39 +127,56 @@ def read_table(source: str | Path, schema: TableSchema, frame: pd.DataFrame | No
     lines = np.arange(len(frame)) + 2  # line 1 is the header
     missing = set(schema.missing_values) | {""}
 
+    def at(row: int) -> str:
+        return f"{source}:{lines[row]}" if in_file else f"row {row}"
+
     def text(column: str) -> pd.Series:
         values = frame[column].astype(object).map(lambda v: "" if v is None or v != v else str(v).strip())
         return values.where(~values.isin(missing), None)
 
-    out = pd.DataFrame({LINE: lines})
+    columns = {LINE: lines}  # the frame is built once: a column at a time fragments a wide one
     for column in schema.categorical:
-        out[column] = text(column).to_numpy()
+        columns[column] = text(column).to_numpy()
     for column in schema.continuous:
         cells = text(column)
-        numbers = pd.to_numeric(cells, errors="coerce")
-        bad = numbers.isna() & cells.notna()
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise DataError(f"{source}:{lines[row]}: column {column!r}: {cells.iloc[row]!r} is not a number "
+        numbers, not_numbers = parse_numbers(cells)
+        if not_numbers.any():
+            row = int(np.flatnonzero(not_numbers)[0])
+            raise DataError(f"{at(row)}: column {column!r}: {cells.iloc[row]!r} is not a number "
                             f"(nor a missing-value marker {sorted(missing - {''})})")
-        out[column] = numbers.astype(float).to_numpy()
+        non_finite = cells.notna().to_numpy() & ~np.isfinite(numbers)
+        if non_finite.any():
+            row = int(np.flatnonzero(non_finite)[0])
+            raise DataError(f"{at(row)}: column {column!r}: {cells.iloc[row]!r} reads as {numbers[row]}, not a "
+                            f"finite number (a missing cell is empty or one of {sorted(missing - {''})})")
+        columns[column] = numbers
+    out = pd.DataFrame(columns)
     if not labelled:
         return out
     target = text(schema.target)
     if target.isna().any():
         row = int(np.flatnonzero(target.isna().to_numpy())[0])
-        raise DataError(f"{source}:{lines[row]}: target column {schema.target!r} is missing")
+        raise DataError(f"{at(row)}: target column {schema.target!r} is missing")
     if schema.positive_above is not None:
         numbers = pd.to_numeric(target, errors="coerce")
         if numbers.isna().any():
             row = int(np.flatnonzero(numbers.isna().to_numpy())[0])
-            raise DataError(f"{source}:{lines[row]}: target column {schema.target!r}: {target.iloc[row]!r} is not "
+            raise DataError(f"{at(row)}: target column {schema.target!r}: {target.iloc[row]!r} is not "
                             f"a number (the schema binarises it with positive_above)")
         threshold = schema.positive_above
         target = numbers.map(lambda v: f"{schema.target} > {threshold:g}" if v > threshold
                              else f"{schema.target} <= {threshold:g}")
     out[LABEL] = target.to_numpy()
     return out
+
+
+def parse_numbers(cells: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Text cells (None = missing) as float64 (missing: NaN), and which present cells are not
+    numbers at all. Text that reads as nan ("nan", "NaN") is a number here, one that is not finite,
+    as "inf" and "1e400" are, so that it is refused as such rather than taken for a word."""
+    numbers = pd.to_numeric(cells, errors="coerce").astype(float).to_numpy()
+    nan_text = cells.str.strip().str.lower().str.lstrip("+-").eq("nan").fillna(False).to_numpy(dtype=bool)
+    return numbers, np.isnan(numbers) & cells.notna().to_numpy() & ~nan_text
 
 
 def class_names(table: pd.DataFrame, schema: TableSchema) -> list[str]:
@@ -209,7 +233,7 @@ def infer_schema(frame: pd.DataFrame, source: str, target: str | None = None,
         distinct = present.nunique()
         if len(present) == 0:
             reasons[column] = "left out: every cell is missing"
-        elif pd.to_numeric(present, errors="coerce").notna().all():
+        elif not parse_numbers(present)[1].any():
             if distinct > MAX_CATEGORICAL_NUMBERS:
                 continuous.append(column)
                 reasons[column] = f"continuous: numbers, {distinct} distinct values"
@@ -246,13 +270,21 @@ def schema_yaml(schema: TableSchema, reasons: dict[str, str] | None = None) -> s
 
 
 def read_local_frame(path: str | Path) -> pd.DataFrame:
-    """A CSV as text cells (nothing converted), or one DataError naming the file."""
+    """A CSV as text cells (nothing converted), or one DataError naming the file; a column name
+    the header repeats is one too (pandas would rename the second `name.1`)."""
+    options = dict(dtype=str, keep_default_na=False, skipinitialspace=True)
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        frame = pd.read_csv(path, **options)
+        header = pd.read_csv(path, header=None, nrows=1, **options).iloc[0].tolist()
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}:1: the file is empty (expected a header line naming the columns)") from None
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: cannot read as CSV ({str(err).splitlines()[0]})") from None
+    for position, name in enumerate(header):
+        if name in header[:position]:
+            raise DataError(f"{path}:1: column {name!r} appears twice in the header "
+                            f"(columns {header.index(name) + 1} and {position + 1})")
+    return frame
 
 
 def load_source(source: str, schema_path: str, local_path: str | None = None, hub_id: str | None = None,
@@ -264,8 +296,7 @@ def load_source(source: str, schema_path: str, local_path: str | None = None, hu
         if source != "local":
             raise DataError("data.schema=infer reads the types off a CSV: it needs data.source=local "
                             "data.local_path=FILE.csv")
-        if not local_path or not Path(local_path).is_file():
-            raise DataError(f"{local_path}: file not found (data.local_path)")
+        require_file(local_path or "", "a CSV file", setting="data.local_path")
         frame = read_local_frame(local_path)
         schema, reasons = infer_schema(frame, str(local_path), target)
         return read_table(local_path, schema, frame), schema, str(local_path), reasons
@@ -284,8 +315,7 @@ def load_with_schema(source: str, schema_path: str, local_path: str | None = Non
     if source == "local":
         if not local_path:
             raise DataError("data.source=local needs data.local_path=FILE.csv (and data.schema=FILE.yaml)")
-        if not Path(local_path).is_file():
-            raise DataError(f"{local_path}: file not found (data.local_path)")
+        require_file(local_path, "a CSV file", setting="data.local_path")
         return read_table(local_path, schema), schema, str(local_path)
     if source == "hub":
         from transformer_lab.data.hub import load_hub_dataset
@@ -305,13 +335,15 @@ def prepare(source: str, output_dir: str, schema: str, local_path: str | None = 
     inferred schema (None = the last column)."""
     table, table_schema, origin, reasons = load_source(source, schema, local_path, hub_id, target=target)
     classes = class_names(table, table_schema)
+    require_two_classes(origin, table_schema.target, classes)
     labels = table[LABEL].to_numpy()
     counts = pd.Series(labels).value_counts()
-    if counts.min() < 2 or len(classes) < 2:
+    if counts.min() < 2:
         raise DataError(f"{origin}: every class needs at least 2 rows for a stratified split "
                         f"(counts: {counts.to_dict()})")
     table[SPLIT], table[FOLD] = split_rows(labels, validation_fraction, test_fraction, seed, folds)
     encoder = TabularEncoder.fit(table[table[SPLIT] == "train"], table_schema, classes)
+    encoder.features(table, origin)  # a value the training rows' statistics cannot encode names its line
     summary = {
         "source": origin, "rows": len(table), "classes": classes,
         "class_counts": {name: int(counts[name]) for name in classes},
@@ -363,6 +395,9 @@ class TabularEncoder:
             values = rows[c].dropna()
             means[c] = float(values.mean()) if len(values) else 0.0
             std = float(values.std(ddof=0)) if len(values) else 0.0
+            if not (math.isfinite(means[c]) and math.isfinite(std)):
+                raise DataError(f"column {c!r}: its training values are too large to standardise (mean "
+                                f"{means[c]:g}, standard deviation {std:g}); rescale the column")
             stds[c] = std if std > 0 else 1.0
         indicators = [c for c in schema.continuous if rows[c].isna().any()]
         return cls(schema.categorical, schema.continuous, categories, means, stds, indicators, classes)
@@ -382,8 +417,10 @@ class TabularEncoder:
         labels = np.array([lookup[v] for v in rows[LABEL]], dtype=np.int64)
         return EncodedRows(codes, continuous, labels)
 
-    def features(self, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """The categorical indices and continuous inputs of parsed rows (read_table's columns)."""
+    def features(self, rows: pd.DataFrame, source: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The categorical indices and continuous inputs of parsed rows (read_table's columns). A
+        value that standardises beyond float32 (inf at the model) is one DataError naming the row:
+        source:line with `source` (the file the rows' LINE points into), else row I (from 0)."""
         codes = np.zeros((len(rows), len(self.categorical)), dtype=np.int64)
         for j, c in enumerate(self.categorical):
             index = {value: i + 2 for i, value in enumerate(self.categories[c])}
@@ -392,7 +429,16 @@ class TabularEncoder:
                    for c in self.continuous]
         columns += [rows[c].isna().to_numpy(dtype=float) for c in self.indicators]
         continuous = np.stack(columns, axis=1) if columns else np.zeros((len(rows), 0))
-        return codes, continuous.astype(np.float32)
+        with np.errstate(over="ignore"):  # an overflow is reported below, by its row and column
+            continuous = continuous.astype(np.float32)
+        if not np.isfinite(continuous).all():
+            row, j = (int(i[0]) for i in np.nonzero(~np.isfinite(continuous)))
+            c = self.continuous[j]
+            where = f"{source}:{rows[LINE].iloc[row]}" if source else f"row {row}"
+            raise DataError(f"{where}: column {c!r}: {rows[c].iloc[row]:g} is out of range: standardised by the "
+                            f"training rows (mean {self.means[c]:.4g}, standard deviation {self.stds[c]:.4g}) "
+                            "it exceeds the model's 32-bit floats")
+        return codes, continuous
 
     def one_hot(self, encoded: EncodedRows) -> np.ndarray:
         """One-hot categoricals beside the continuous inputs: the flat features of the scikit-learn
@@ -434,7 +480,8 @@ class TabularPreprocessor:
         """Raw rows parsed and encoded (labels 0: rows to predict); a row lacking a feature column,
         or a continuous cell that is not a number, is one error naming the row."""
         frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
-        categorical, continuous = self.encoder.features(read_table("rows", self.schema, frame, labelled=False))
+        categorical, continuous = self.encoder.features(read_table("rows", self.schema, frame, labelled=False,
+                                                                   in_file=False))
         return EncodedRows(categorical, continuous, np.zeros(len(frame), dtype=np.int64))
 
     def batch(self, rows: pd.DataFrame | list[dict]) -> dict[str, torch.Tensor]:
@@ -455,10 +502,17 @@ def read_prepared(prepared_dir: str | Path) -> tuple[pd.DataFrame, TableSchema, 
                         "or `python pipelines/prepare.py data=tabular`")
     table = pd.read_parquet(directory / "table.parquet")
     schema = read_schema(directory)
-    for column in schema.categorical:
-        table[column] = table[column].astype(object).where(table[column].notna(), None)
+    table = missing_as_none(table, schema.categorical)
     encoder = TabularEncoder.from_dict(json.loads((directory / "encoder.json").read_text()))
     return table, schema, encoder
+
+
+def missing_as_none(table: pd.DataFrame, categorical: list[str]) -> pd.DataFrame:
+    """The categorical columns of a table read from parquet as objects with None for a missing
+    cell (what read_table gives), replaced in one go: one at a time fragments a wide frame."""
+    cells = table[categorical].astype(object)
+    cells = cells.where(cells.notna(), None)
+    return pd.concat([table.drop(columns=categorical), cells], axis=1)[table.columns]
 
 
 def fold_rows(table: pd.DataFrame, fold: int | None) -> dict[str, pd.DataFrame]:
