@@ -9,11 +9,16 @@ The checkpoint holds the tokenizer it was trained with.
 
 import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
 
+import sys  # noqa: E402
+
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.generate import generate  # noqa: E402
 from transformer_lab.utils.cli import pipeline, run  # noqa: E402
+from transformer_lab.utils.overrides import quote_free_text  # noqa: E402
+
+sys.argv = quote_free_text(sys.argv, ("prompt",))  # commas, brackets, emoji: as typed
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="generate")

@@ -289,3 +289,78 @@ def test_csv_rows_are_numbered_by_their_line_and_must_fill_the_header(tmp_path):
     (tmp_path / "ragged.csv").write_text("text,text_pair\na,b\nc,d,e\n")
     with pytest.raises(TransformerLabError, match=f"^{re.escape(str(tmp_path / 'ragged.csv'))}:3: 3 cells for the header's 2"):
         read_inputs(tmp_path / "ragged.csv", "text-classification")
+
+
+# ------------------------------------------------------------------------------------------------
+# Options: checked by name and range, given to pipeline() or to a call, before any input is read
+
+
+def test_options_are_checked_by_name_and_range_when_given_and_when_called(models):
+    generate = str(models["gpt_pretraining"][0])
+    for options, message in (({"temperature": 0}, "temperature=0: expected a number > 0"),
+                             ({"top_p": 2}, r"top_p=2: expected a number in \(0, 1\], or null"),
+                             ({"top_k": 0}, "top_k=0: expected an integer >= 1, or null"),
+                             ({"max_new_tokens": -1}, "max_new_tokens=-1: expected an integer >= 1"),
+                             ({"max_new_tokens": 2.5}, "max_new_tokens=2.5: expected an integer >= 1"),
+                             ({"strategy": "beam"}, "strategy='beam': expected greedy or sample"),
+                             ({"temprature": 0.7}, "temprature: not an option of text-generation; its options: "
+                                                   "max_new_tokens, strategy, temperature, top_k, top_p")):
+        with pytest.raises(TransformerLabError, match=f"^{message}"):
+            pipeline(model=generate, **options)
+        with pytest.raises(TransformerLabError, match=f"^{message}"):
+            pipeline(model=generate)(["show me"], **options)
+    classify = pipeline(model=str(models["bert_classifier"][0]))
+    with pytest.raises(TransformerLabError, match="^batch_size=0: expected an integer >= 1$"):
+        classify(None, batch_size=0)  # the option first: the input is not read
+    with pytest.raises(TransformerLabError, match="^normalize: not an option of text-classification; "
+                                                  "its options: top_k, batch_size$"):
+        classify(TEXTS[0], normalize=True)
+    with pytest.raises(TransformerLabError, match="^top_k=None: expected an integer >= 1$"):  # fill-mask: no null
+        pipeline(model=str(models["bert_pretraining"][0]), top_k=None)
+    # a task named: before the model is looked for
+    with pytest.raises(TransformerLabError, match="^num_beams=0: expected an integer >= 1$"):
+        pipeline("translation", model="/no/such/model", num_beams=0)
+    with pytest.raises(TransformerLabError, match="^beams: not an option of translation"):
+        pipeline("translation", model="/no/such/model", beams=4)
+    assert classify(TEXTS[0], top_k=None, batch_size=1)[0]["label"] in ("neg", "pos")  # valid options still run
+
+
+def test_every_pipeline_option_has_a_rule():
+    import inspect
+
+    from transformer_lab.pipelines import PIPELINES
+
+    for task, pipeline_class in PIPELINES.items():
+        names = list(inspect.signature(pipeline_class.run).parameters)[2:]  # after self, inputs
+        assert names == list(pipeline_class.option_rules()), task
+
+
+@pytest.mark.slow  # command-line processes
+def test_bad_options_on_the_command_line_are_one_line_before_the_model_or_data_is_read(models, tmp_path):
+    from conftest import PYTHON, ROOT, run
+    from test_trust import assert_one_line_error
+
+    predict, generate = ROOT / "pipelines" / "predict.py", ROOT / "pipelines" / "generate.py"
+    hydra_dir = f"hydra.run.dir={tmp_path / 'hydra'}"
+    result = run([PYTHON, predict, "model=/no/such/model", "task=text-generation", "text=hi", "+options.temperature=0",
+                  hydra_dir])
+    assert_one_line_error(result, "options.temperature=0: expected a number > 0")
+    (tmp_path / "inputs.txt").write_text("show me flights\n")
+    result = run([PYTHON, predict, f"model={models['atis'][0]}", f"input={tmp_path / 'inputs.txt'}",
+                  f"output={tmp_path / 'out.jsonl'}", "+options.temprature=1", hydra_dir])
+    assert_one_line_error(result, "options.temprature: not an option of token-classification; its options: batch_size")
+    assert not (tmp_path / "out.jsonl").exists()
+    for setting in ("max_new_tokens=-1", "top_p=2", "temperature=0"):
+        result = run([PYTHON, generate, "checkpoint=/no/such.ckpt", setting, "strategy=greedy", hydra_dir])
+        assert_one_line_error(result, f"{setting}: expected")
+
+
+@pytest.mark.slow  # command-line processes
+def test_a_prompt_with_a_comma_or_an_emoji_generates_from_the_command_line(models, tmp_path):
+    from conftest import PYTHON, ROOT, run
+
+    for prompt in ("Hello, world", "show me 🙂", "[a] b={c}"):
+        result = run([PYTHON, ROOT / "pipelines" / "generate.py", f"checkpoint={models['gpt_pretraining'][0]}",
+                      f"prompt={prompt}", "max_new_tokens=3", "strategy=greedy", f"hydra.run.dir={tmp_path}"])
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.startswith(f"--- sample 0 ---\n{prompt}")

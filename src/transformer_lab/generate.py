@@ -11,33 +11,20 @@ from omegaconf import DictConfig
 
 from transformer_lab import tracking
 from transformer_lab.checkpoints import load_task
-from transformer_lab.errors import TransformerLabError
 from transformer_lab.evaluation import log_into_training_run
+from transformer_lab.pipelines import PIPELINES, Option, check_option
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
 from transformer_lab.utils.validate import check_value
 
 
-SETTING_TYPES = {"max_new_tokens": int, "num_samples": int, "temperature": float, "top_k": int | None,
-                 "top_p": float | None}
-
-
 def check_settings(cfg: DictConfig) -> None:
-    """The sampling settings, each checked by name before the checkpoint is read."""
-    for key, hint in SETTING_TYPES.items():
-        check_value(key, cfg.get(key), hint)
-    if cfg.strategy not in ("greedy", "sample"):
-        raise TransformerLabError(f"strategy={cfg.strategy!r}: expected greedy or sample (beam search is not offered)")
-    if cfg.max_new_tokens < 1:
-        raise TransformerLabError(f"max_new_tokens={cfg.max_new_tokens}: must be at least 1")
-    if cfg.num_samples < 1:
-        raise TransformerLabError(f"num_samples={cfg.num_samples}: must be at least 1")
-    if cfg.strategy == "sample" and not cfg.temperature > 0:
-        raise TransformerLabError(f"temperature={cfg.temperature}: must be > 0 (strategy=greedy takes the argmax)")
-    top_k, top_p = cfg.top_k, cfg.top_p
-    if top_k is not None and top_k < 1:
-        raise TransformerLabError(f"top_k={top_k}: must be at least 1, or null for no cut")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise TransformerLabError(f"top_p={top_p}: must be in (0, 1], or null for no nucleus cut")
+    """The prompt and sampling settings, before the checkpoint is read: each by name and range as
+    the text-generation pipeline checks its options (pipelines.OPTIONS), and num_samples."""
+    check_value("prompt", cfg.prompt, str)
+    for name, rule in PIPELINES["text-generation"].option_rules().items():
+        if name in cfg:
+            check_option(name, cfg[name], rule)
+    check_option("num_samples", cfg.get("num_samples"), Option(int, minimum=1))
 
 
 def generate(cfg: DictConfig) -> dict:
@@ -47,7 +34,7 @@ def generate(cfg: DictConfig) -> dict:
     if cfg.get("output"):  # samples are logged only when written
         tracking.check_tracking(cfg)
     task = load_task(cfg.checkpoint, GPTPretrainingTask, "pretrain_gpt")  # its tokenizer travels inside
-    generator = torch.Generator().manual_seed(cfg.seed)
+    generator = torch.Generator().manual_seed(cfg.seed) if cfg.seed is not None else None
 
     start = time.perf_counter()
     new = task.predict([cfg.prompt] * cfg.num_samples, cfg.max_new_tokens, stop_at_eos=cfg.stop_at_eos,

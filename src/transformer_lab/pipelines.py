@@ -17,6 +17,7 @@ limit is cut to it with a warning (what the model reads is what BERT reads in tr
 
 from __future__ import annotations
 
+import inspect
 import re
 import tempfile
 import warnings
@@ -252,26 +253,113 @@ def by_length(run_batch, items: list, lengths: list[int], batch_size: int) -> li
 
 
 # ------------------------------------------------------------------------------------------------
+# Options
+
+
+@dataclass(frozen=True)
+class Option:
+    """What one pipeline option accepts: a kind (int, float, bool, str choices), a range, and
+    whether null is a value (null_means says what it means then)."""
+
+    kind: type
+    minimum: float | None = None   # inclusive
+    above: float | None = None     # exclusive
+    maximum: float | None = None   # inclusive
+    choices: tuple[str, ...] = ()
+    null_means: str | None = None
+    note: str = ""
+
+    def accepts(self, value) -> bool:
+        if value is None:
+            return self.null_means is not None
+        if self.kind is bool or isinstance(value, bool):
+            return self.kind is bool and isinstance(value, bool)
+        if self.kind is str:
+            return value in self.choices
+        if not isinstance(value, int if self.kind is int else (int, float)):
+            return False
+        return ((self.minimum is None or value >= self.minimum) and (self.above is None or value > self.above)
+                and (self.maximum is None or value <= self.maximum))
+
+    def describe(self) -> str:
+        if self.kind is str:
+            return " or ".join(self.choices)
+        kind = {int: "an integer", float: "a number", bool: "true or false"}[self.kind]
+        if self.above is not None and self.maximum is not None:
+            kind += f" in ({self.above}, {self.maximum}]"
+        elif self.above is not None:
+            kind += f" > {self.above}"
+        elif self.minimum is not None:
+            kind += f" >= {self.minimum}"
+        return kind + (f", or null ({self.null_means})" if self.null_means else "") + self.note
+
+
+# Every option a pipeline's `run` takes, by name: one meaning (and range) wherever it appears
+OPTIONS = {
+    "batch_size": Option(int, minimum=1),
+    "top_k": Option(int, minimum=1, null_means="every label, or no cut"),
+    "normalize": Option(bool),
+    "doc_stride": Option(int, minimum=0, null_means="half a window"),
+    "max_new_tokens": Option(int, minimum=1),
+    "strategy": Option(str, choices=("greedy", "sample")),
+    "temperature": Option(float, above=0, note=" (strategy=greedy takes the argmax)"),
+    "top_p": Option(float, above=0, maximum=1, null_means="no nucleus cut"),
+    "seed": Option(int, null_means="unseeded"),
+    "stop_at_eos": Option(bool),
+    "use_cache": Option(bool),
+    "return_full_text": Option(bool),
+    "num_beams": Option(int, minimum=1),
+    "length_penalty": Option(float),
+}
+
+
+def check_option(name: str, value, rule: Option, prefix: str = "") -> None:
+    if not rule.accepts(value):
+        raise TransformerLabError(f"{prefix}{name}={value!r}: expected {rule.describe()}")
+
+
+def check_options(task: str | None, options: dict, prefix: str = "") -> None:
+    """Each option by name and range, before any model runs or input is read: a name that is no
+    option of `task` is one error naming the task's options. task=None (the model's own task,
+    not known before it loads): the values of the names any task takes. prefix: how the caller
+    spells them (predict.py: options.)."""
+    rules = PIPELINES[task].option_rules() if task is not None else OPTIONS
+    for name, value in options.items():
+        if name in rules:
+            check_option(name, value, rules[name], prefix)
+        elif task is not None:
+            raise TransformerLabError(f"{prefix}{name}: not an option of {task}; its options: {', '.join(rules)}")
+
+
+# ------------------------------------------------------------------------------------------------
 # The pipelines
 
 
 class Pipeline:
     """A task on a loaded model: `pipeline(inputs, **options)`; options given to `pipeline()` are
-    the defaults of every call."""
+    the defaults of every call. The options are `run`'s keyword arguments, checked by OPTIONS."""
 
     task_name: str
+    rules: dict[str, Option] = {}  # where an option's range differs from OPTIONS's
 
     def __init__(self, loaded: LoadedModel, **defaults):
+        check_options(self.task_name, defaults)
         self.loaded, self.model, self.defaults = loaded, loaded.task, defaults
 
+    @classmethod
+    def option_rules(cls) -> dict[str, Option]:
+        names = list(inspect.signature(cls.run).parameters)[2:]  # after self and inputs
+        return {name: cls.rules.get(name) or OPTIONS[name] for name in names}
+
     def __call__(self, inputs, **options):
+        check_options(self.task_name, options)
         many, single = one_or_many(inputs)
         if not many:
             return []
         results = self.run(many, **{**self.defaults, **options})
         return results[0] if single else results
 
-    def run(self, inputs: list, **options) -> list:
+    def run(self, inputs: list) -> list:
         raise NotImplementedError
 
 
@@ -367,6 +455,7 @@ class FillMaskPipeline(Pipeline):
     mask when the text has several."""
 
     task_name = "fill-mask"
+    rules = {"top_k": Option(int, minimum=1)}
 
     def run(self, inputs, top_k: int = 5, batch_size: int = 64):
         texts = [check_text(text) for text in inputs]
@@ -440,18 +529,22 @@ class FeatureExtractionPipeline(Pipeline):
 
 class TextGenerationPipeline(Pipeline):
     """prompt -> {"generated_text"} (prompt and continuation), with generate's options:
-    max_new_tokens, strategy (greedy | sample), temperature, top_k, top_p, seed."""
+    max_new_tokens, strategy (greedy | sample), temperature, top_k, top_p, seed, stop_at_eos,
+    use_cache."""
 
     task_name = "text-generation"
 
-    def run(self, inputs, max_new_tokens: int = 50, seed: int | None = None, return_full_text: bool = True,
-            **sampling):
+    def run(self, inputs, max_new_tokens: int = 50, strategy: str = "greedy", temperature: float = 1.0,
+            top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+            return_full_text: bool = True, stop_at_eos: bool = True, use_cache: bool = True):
         if not all(isinstance(prompt, str) for prompt in inputs):
             raise TransformerLabError("text-generation takes prompts (strings)")
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        sampling = dict(strategy=strategy, temperature=temperature, top_k=top_k, top_p=top_p, use_cache=use_cache)
         results = []
         for prompt in inputs:  # one call each: prompts of different lengths cannot share a batch
-            new = self.model.predict([prompt], max_new_tokens, generator=generator, **sampling)[0]["text"]
+            new = self.model.predict([prompt], max_new_tokens, stop_at_eos=stop_at_eos, generator=generator,
+                                     **sampling)[0]["text"]
             results.append({"generated_text": prompt + new if return_full_text else new})
         return results
 
@@ -510,6 +603,7 @@ def pipeline(task: str | None = None, model: str | LoadedModel | None = None, tr
     if model is None:
         raise TransformerLabError("model= is required: a checkpoint, a stage's folder, an MLflow run or "
                                   "model URI, or a published encoder (minilm)")
+    check_options(task, defaults)  # before the model loads; names too once the task is known
     loaded = load_model(model, tracking_uri)
     possible = tasks_of(loaded.family)
     if not possible:

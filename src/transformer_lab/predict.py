@@ -131,16 +131,19 @@ def predict(cfg: DictConfig) -> list | dict:
     """What `pipelines/predict.py` prints (one input) or writes to cfg.output (an input file)."""
     from tqdm.auto import tqdm
 
-    from transformer_lab.pipelines import pipeline
+    from transformer_lab.pipelines import OPTIONS, check_option, check_options, pipeline
 
     check_command_line(cfg)
+    check_option("batch_size", cfg.get("batch_size"), OPTIONS["batch_size"])
     options = OmegaConf.to_container(cfg.options) if cfg.get("options") else {}
+    check_options(cfg.pipeline_task, options, prefix="options.")  # before the model loads ...
     run = pipeline(cfg.pipeline_task, model=str(cfg.model_source), tracking_uri=cfg.get("tracking_uri"))
+    check_options(run.task_name, options, prefix="options.")  # ... and by name once its task is known
     if cfg.get("input") is None:
         return run(command_line_input(cfg, run.task_name), **options)
     inputs = read_inputs(cfg.input, run.task_name)  # every line checked before the model runs
     results = []
-    chunk = int(cfg.get("batch_size") or 64)
+    chunk = cfg.batch_size
     for start in tqdm(range(0, len(inputs), chunk), desc=f"{run.task_name} ({len(inputs)} inputs)", unit="batch"):
         results += run(inputs[start:start + chunk], **options)
     atomic_write_text(cfg.output, "".join(json.dumps(result) + "\n" for result in results))

@@ -1,4 +1,4 @@
-"""Command-line values that Hydra's override grammar would misread (pipelines/predict.py)."""
+"""Command-line values that Hydra's override grammar would misread (pipelines/predict.py, generate.py)."""
 
 from __future__ import annotations
 
