@@ -8,14 +8,23 @@ tables (models/bert.py, models/gpt.py) and are loaded into that class strictly b
 is written, so a folder that is written is one `transformers` reads whole. JointBERT (intent +
 slots) has no `transformers` class: its encoder is exported as a BertModel and the two heads
 beside it (joint_heads.safetensors, their labels in joint_heads.json).
+
+`out` is written whole or not at all, and only where nothing is lost: a new or empty folder, or
+an earlier export of the same family (its transformer_lab_export.json names the family and the
+files written; a folder with files added is refused). A file, a folder of other files, the
+model's own folder (or one holding it) and a DVC output (or a folder in or around one) are refused
+in one line, untouched. A new folder inside the model's stage folder is fine: DVC tracks that
+stage's checkpoints/ and metrics, not the folder.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
+import yaml
 
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.utils.io import atomic_directory
@@ -29,6 +38,89 @@ HF_CLASSES = {
     "gpt_pretraining": "GPT2LMHeadModel",
 }
 GPT2_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+EXPORT_RECORD = "transformer_lab_export.json"  # what was exported into a folder: a rerun may replace it
+DVC_TEMPLATE = re.compile(r"\$\{[^}]*\}")  # ${item.model} in a dvc.yaml path: one path component
+
+
+def model_paths(source: str) -> list[Path]:
+    """The model's own folder (a stage's: the checkpoint's, or the one above its checkpoints/) and
+    checkpoint when model= is a local path; none for an MLflow run, whose files are MLflow's copy."""
+    from transformer_lab.pipelines import model_path
+
+    path = Path(source)
+    if not path.exists():
+        return []
+    checkpoint = model_path(source).resolve()  # a stage folder's checkpoints/best.ckpt (or last.ckpt)
+    if path.is_dir():
+        return [path.resolve(), checkpoint]
+    return [checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent, checkpoint]
+
+
+def dvc_outputs(project: Path) -> list[tuple[str, str]]:
+    """(stage, path) of each output, metric and plot that project/dvc.yaml declares."""
+    try:
+        stages = yaml.safe_load((project / "dvc.yaml").read_text()).get("stages") or {}
+    except (OSError, yaml.YAMLError, AttributeError):  # DVC itself reports a dvc.yaml it cannot read
+        return []
+    declared = []
+    for name, stage in stages.items():
+        stage = stage.get("do", stage) if isinstance(stage, dict) else {}  # foreach: the stage is under do
+        for entry in (*(stage.get("outs") or ()), *(stage.get("metrics") or ()), *(stage.get("plots") or ())):
+            declared.append((name, entry if isinstance(entry, str) else next(iter(entry))))
+    return declared
+
+
+def dvc_output_near(out: Path) -> str | None:
+    """How `out` (resolved) meets a DVC output, which `dvc repro` deletes before rerunning its stage
+    and `dvc commit` takes whole: 'inside X, an output of DVC stage S (dvc.yaml)'; None if it does not."""
+    for project in (out, *out.parents):
+        if (project / "dvc.yaml").is_file():
+            where = out.relative_to(project).parts
+            for stage, declared in dvc_outputs(project):
+                parts = Path(declared).parts
+                if all(re.fullmatch("[^/]+".join(map(re.escape, DVC_TEMPLATE.split(part))), name)
+                       for part, name in zip(parts, where)):
+                    how = "is" if len(where) == len(parts) else "inside" if len(where) > len(parts) else "holds"
+                    return f"{how} {declared}, an output of DVC stage {stage} ({project / 'dvc.yaml'})"
+        if (project / ".dvc").is_dir():  # the DVC project's root
+            return None
+    return None
+
+
+def check_out(out: str | Path, family: str, source: str) -> None:
+    """Refuses, in one line and before anything is written, an `out` whose replacing would lose
+    something (see the module docstring)."""
+    folder = Path(out).resolve()
+    if folder.exists() and not folder.is_dir():
+        raise TransformerLabError(f"out={out}: a file, not a folder; name a new folder (or an earlier export "
+                                  "to replace)")
+    for held in model_paths(source):
+        if folder == held:
+            raise TransformerLabError(f"out={out}: the folder of model={source} (its checkpoints, metrics and "
+                                      "history); export to another folder")
+        if folder in held.parents:
+            raise TransformerLabError(f"out={out}: holds model={source}; export to another folder")
+    dvc = dvc_output_near(folder)
+    if dvc:
+        raise TransformerLabError(f"out={out}: {dvc}, which `dvc repro` deletes; export to a folder outside "
+                                  "DVC's outputs")
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    if not names:
+        return
+    try:
+        record = json.loads((folder / EXPORT_RECORD).read_text())
+        exported, files = (record["format"], record["family"]), set(record["files"])
+    except (OSError, ValueError, TypeError, KeyError):
+        listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        raise TransformerLabError(f"out={out}: holds files that are not an export ({listed}); name a new or "
+                                  "empty folder, or an earlier export to replace") from None
+    if exported != ("hf", family):
+        raise TransformerLabError(f"out={out}: holds a {exported[1]} export ({exported[0]}), not a {family} one; "
+                                  "name another folder")
+    added = [name for name in names if name not in files | {EXPORT_RECORD}]
+    if added:
+        raise TransformerLabError(f"out={out}: an earlier export with files added ({', '.join(added[:3])}), "
+                                  "which replacing it would delete; move them out or name another folder")
 
 
 def bert_config(config, labels: list[str] | None, architecture: str):
@@ -115,6 +207,7 @@ def export_hf(loaded, out: str | Path) -> Path:
     if family not in HF_CLASSES:
         raise TransformerLabError(f"model={loaded.source} is a {family} model: format=hf exports "
                                   f"{', '.join(HF_CLASSES)}")
+    check_out(out, family, loaded.source)
     config, architecture = task.model.config, HF_CLASSES[family]
     if family == "gpt_pretraining":
         hf_config = gpt2_config(config)
@@ -139,4 +232,7 @@ def export_hf(loaded, out: str | Path) -> Path:
                 "intent_labels": task.preprocessor.intent_labels, "slot_labels": task.preprocessor.slot_labels,
                 "how": "intent = softmax(intent.weight @ pooler_output + intent.bias); slot of each word = "
                        "softmax(slot.weight @ last_hidden_state[first piece of the word] + slot.bias)"}, indent=2))
+        (folder / EXPORT_RECORD).write_text(json.dumps({
+            "format": "hf", "family": family, "architecture": architecture, "model": loaded.source,
+            "files": sorted(p.name for p in folder.iterdir())}, indent=2) + "\n")
     return Path(out)
