@@ -249,6 +249,67 @@ def test_bad_rows_and_images_are_one_line_exit_2_and_nothing_is_written(tmp_path
     assert not list(out.parent.glob(".multimodal.*"))
 
 
+def prepare_products(products: Path, out: Path, **options) -> dict:
+    return prepare("local", str(out), schema=str(products / "schema.yaml"), local_path=str(products / "data.csv"),
+                   image_size=12, vocab_size=100, **options)
+
+
+def edit_csv(products: Path, edit) -> None:
+    lines = (products / "data.csv").read_text().splitlines()
+    (products / "data.csv").write_text("\n".join(edit(lines)) + "\n")
+
+
+def test_a_duplicated_column_name_is_refused_naming_the_file_and_the_column(tmp_path):
+    products = write_products(tmp_path / "products")
+    edit_csv(products, lambda lines: [lines[0].replace(",name,", ",year,"), *lines[1:]])  # id,usage,year,gender,year,..
+    with pytest.raises(DataError, match=r"data\.csv:1: column 'year' appears twice in the header \(columns 3 and 5\)"):
+        prepare_products(products, tmp_path / "out")
+
+
+@pytest.mark.parametrize("cell, reads_as", [("inf", "inf"), ("1e400", "inf"), ("NaN", "nan")])
+def test_a_non_finite_number_is_refused_at_preparation_and_at_inference(tmp_path, cell, reads_as):
+    products = write_products(tmp_path / "products")
+    prepare_products(products, tmp_path / "out")
+    preprocessor = MultimodalPreprocessor.from_state(MultimodalDataModule(str(tmp_path / "out")).preprocessor.to_state())
+    rows = [{"name": "Cotton shirt", "gender": "Men", "year": "2012"}, {"name": "Nike", "gender": "Men", "year": cell}]
+    with pytest.raises(DataError, match=rf"^row 1: column 'year': '{cell}' reads as {reads_as}, not a finite number"):
+        preprocessor.batch(rows)
+    with pytest.raises(DataError, match=r"^row 0: column 'year': 1e\+300 is out of range"):
+        preprocessor.batch([{**rows[0], "year": 1e300}])  # finite, but inf once standardised as float32
+    edit_csv(products, lambda lines: [*lines[:5], lines[5].replace(",2014,", f",{cell},"), *lines[6:]])
+    with pytest.raises(DataError, match=rf"data\.csv:6: column 'year': '{cell}' reads as {reads_as}, not a finite"):
+        prepare_products(products, tmp_path / "again")
+
+
+def test_a_directory_given_for_a_file_and_a_one_class_target_say_what_is_wrong(tmp_path):
+    products = write_products(tmp_path / "products")
+    with pytest.raises(DataError, match=r"products: is a directory, expected a CSV file \(data\.local_path\)$"):
+        prepare("local", str(tmp_path / "out"), schema=str(products / "schema.yaml"), local_path=str(products))
+    (products / "images" / "folder.png").mkdir()
+    edit_csv(products, lambda lines: [*lines[:4], lines[4].replace("images/3.png", "images/folder.png"), *lines[5:]])
+    with pytest.raises(DataError, match=r"data\.csv:5: image .*folder\.png is a directory, expected an image file$"):
+        prepare_products(products, tmp_path / "out")
+    edit_csv(products, lambda lines: [lines[0], *(line.replace(",Sports,", ",Casual,") for line in lines[1:])])
+    with pytest.raises(DataError, match=r"data\.csv: target column 'usage' has one class \('Casual'\): "
+                                        r"a classifier needs at least 2$"):
+        prepare_products(products, tmp_path / "out")
+
+
+@pytest.mark.filterwarnings("error::pandas.errors.PerformanceWarning")
+def test_a_wide_table_part_is_prepared_and_read_without_fragmenting_frames(tmp_path):
+    products = write_products(tmp_path / "products")
+    extra = [f"code_{i}" for i in range(300)]
+    edit_csv(products, lambda lines: [lines[0] + "," + ",".join(extra),
+                                      *(line + "," + ",".join("ab"[(i + j) % 2] for j in range(300))
+                                        for i, line in enumerate(lines[1:]))])
+    schema = (products / "schema.yaml").read_text().replace("categorical: [gender]", f"categorical: [gender, {', '.join(extra)}]")
+    (products / "schema.yaml").write_text(schema)
+    prepare_products(products, tmp_path / "out")
+    datamodule = MultimodalDataModule(str(tmp_path / "out"))
+    datamodule.setup()
+    assert len(datamodule.model_kwargs()["cardinalities"]) == 301
+
+
 def test_unlabelled_rows_can_be_dropped_and_lines_still_point_into_the_file(tmp_path):
     products = write_products(tmp_path / "products")
     lines = (products / "data.csv").read_text().splitlines()

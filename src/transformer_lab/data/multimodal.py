@@ -13,7 +13,9 @@ A schema (YAML, `conf/schemas/*.yaml`; the tabular schema's format plus `image` 
 
 A target column is never also an input. An empty image or text cell is a modality missing from
 that row (masked in the model, not zero-filled); an image path that does not exist or does not
-decode is one error naming the file and the row.
+decode is one error naming the file and the row. The table part is read by the tabular code, so a
+repeated column name or a number that is not finite is refused there, at preparation and in rows
+handed to a trained model.
 
 Sources (`data.source`):
   builtin  a generated task over scikit-learn's shipped 8x8 digits (offline; see `builtin_rows`):
@@ -42,9 +44,10 @@ import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset
 
+from transformer_lab.data.checks import require_file, require_two_classes
 from transformer_lab.data.preprocessing import Preprocessor
-from transformer_lab.data.tabular import (LABEL, LINE, SPLIT, TableSchema, TabularEncoder, read_schema_fields,
-                                          read_table, split_rows)
+from transformer_lab.data.tabular import (LABEL, LINE, SPLIT, TableSchema, TabularEncoder, missing_as_none,
+                                          read_local_frame, read_schema_fields, read_table, split_rows)
 from transformer_lab.data.tokenizers import train_tokenizer
 from transformer_lab.errors import DataError
 from transformer_lab.models.multimodal import MODALITIES
@@ -152,6 +155,8 @@ def load_image(path: Path, image_size: int, channels: int, where: str) -> np.nda
     """One image file -> fit_image's array; a missing or undecodable file is one DataError at `where`."""
     from PIL import Image, UnidentifiedImageError
 
+    if path.is_dir():
+        raise DataError(f"{where}: image {path} is a directory, expected an image file")
     if not path.is_file():
         raise DataError(f"{where}: image {path} not found")
     try:
@@ -214,15 +219,9 @@ def prepare(source: str, output_dir: str, schema: str | None = None, local_path:
         if source == "local":
             if not local_path:
                 raise DataError("data.source=local needs data.local_path=FILE.csv (and data.schema=FILE.yaml)")
-            if not Path(local_path).is_file():
-                raise DataError(f"{local_path}: file not found (data.local_path)")
+            require_file(local_path, "a CSV file", setting="data.local_path")
             origin = str(local_path)
-            try:
-                frame = pd.read_csv(local_path, dtype=str, keep_default_na=False, skipinitialspace=True)
-            except pd.errors.EmptyDataError:
-                raise DataError(f"{local_path}:1: the file is empty (expected a header line)") from None
-            except (OSError, pd.errors.ParserError, UnicodeDecodeError) as err:
-                raise DataError(f"{local_path}: cannot read as CSV ({str(err).splitlines()[0]})") from None
+            frame = read_local_frame(local_path)
             root = Path(image_root) if image_root else Path(local_path).parent
             image_of = None
         else:
@@ -242,13 +241,15 @@ def prepare(source: str, output_dir: str, schema: str | None = None, local_path:
         raise DataError(f"data.source={source!r}; expected builtin, local or hub")
 
     counts = rows[LABEL].value_counts()
+    require_two_classes(origin, table_schema.target, counts.index)
     rare = sorted(counts[counts < max(min_class_rows, 2)].index)
     rows = rows[~rows[LABEL].isin(rare)].reset_index(drop=True)
     if max_rows and len(rows) > max_rows:
         rows = rows.iloc[np.sort(np.random.default_rng(seed).permutation(len(rows))[:max_rows])].reset_index(drop=True)
     classes = sorted(set(rows[LABEL]))
     if len(classes) < 2:
-        raise DataError(f"{origin}: fewer than two classes with {max(min_class_rows, 2)}+ rows each")
+        raise DataError(f"{origin}: fewer than two classes with {max(min_class_rows, 2)}+ rows each "
+                        f"(counts: {counts.to_dict()})")
 
     images = np.zeros((len(rows), channels, image_size, image_size), dtype=np.uint8)
     has_image = (rows["_image"] != "").to_numpy()
@@ -267,6 +268,7 @@ def prepare(source: str, output_dir: str, schema: str | None = None, local_path:
     rows[SPLIT], _ = split_rows(rows[LABEL].to_numpy(), validation_fraction, test_fraction, seed)
     train = rows[rows[SPLIT] == "train"]
     encoder = TabularEncoder.fit(train, table_schema.table(), classes)
+    encoder.features(rows, origin)  # a value the training rows' statistics cannot encode names its line
     texts = [t for t in train[TEXT] if t]
     tokenizer = pretrained_tokenizer(text_tokenizer) if text_tokenizer else \
         train_tokenizer("wordpiece", texts or ["[UNK]"], vocab_size, lowercase=True)
@@ -302,8 +304,7 @@ def pretrained_tokenizer(source: str) -> Tokenizer:
     from transformer_lab import published
 
     if source.endswith(".json"):
-        if not Path(source).is_file():
-            raise DataError(f"{source}: tokenizer file not found (data.text_tokenizer)")
+        require_file(source, "a tokenizer.json", "tokenizer file not found", setting="data.text_tokenizer")
         return Tokenizer.from_file(source)
     if not published.is_published(source):
         raise DataError(f"data.text_tokenizer={source}: expected minilm, a Hugging Face folder, hf:NAME or a "
@@ -379,7 +380,7 @@ class MultimodalPreprocessor(Preprocessor):
         images (uint8 (rows, C, S, S), or None: no pictures) -> model inputs."""
         schema = MultimodalSchema(**self.schema)
         frame = pd.DataFrame(list(rows))
-        parsed = read_table("rows", schema.table(), frame, labelled=False)
+        parsed = read_table("rows", schema.table(), frame, labelled=False, in_file=False)
         missing = set(schema.missing_values) | {""}
         parsed[TEXT] = _clean(frame[schema.text], missing).to_numpy() \
             if schema.text and schema.text in frame else ""
@@ -395,9 +396,8 @@ def read_prepared(prepared_dir: str | Path) -> tuple[pd.DataFrame, np.ndarray]:
     if not (directory / "table.parquet").is_file():
         raise DataError(f"{directory}: no prepared rows; run `dvc repro prepare_multimodal` "
                         "or `python pipelines/prepare.py data=multimodal`")
-    rows = pd.read_parquet(directory / "table.parquet")
-    for column in json.loads((directory / "schema.json").read_text())["categorical"]:
-        rows[column] = rows[column].astype(object).where(rows[column].notna(), None)
+    rows = missing_as_none(pd.read_parquet(directory / "table.parquet"),
+                           json.loads((directory / "schema.json").read_text())["categorical"])
     with np.load(directory / "images.npz") as data:
         return rows, data["images"]
 
