@@ -184,3 +184,28 @@ def test_failed_write_leaves_no_partial_directory(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         prepare_atis(splits, tmp_path / "out" / "atis")
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def directory_readers():
+    """Every reader of a file the user names, and what it says it expected instead of a directory."""
+    from transformer_lab.data import conll, corpus, gpt, text_classification, translation
+
+    return [
+        (translation.read_lines, "a text file of sentences, one a line"),
+        (conll.read_conll, "a CoNLL-2003 file"),
+        (corpus.read_text_file, "a text file"),
+        (gpt.read_choices_jsonl, "a JSON-lines file"),
+        (text_classification.read_fasttext_labels, "a text file of '__label__X text' lines"),
+        (lambda path: text_classification.read_table(path, "text", None, "label"), "a CSV or TSV file"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(directory_readers())))
+def test_a_directory_where_a_file_is_expected_is_named_a_directory(tmp_path, case):
+    read, expected = directory_readers()[case]
+    folder = tmp_path / "train.txt"
+    folder.mkdir()
+    with pytest.raises(DataError, match=rf"^{re.escape(str(folder))}: is a directory, expected {re.escape(expected)}"):
+        read(folder)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path / 'absent.txt'))}: .*not found"):
+        read(tmp_path / "absent.txt")

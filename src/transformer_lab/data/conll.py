@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 from transformer_lab.data.atis import IGNORE_INDEX
 from transformer_lab.data.atis_bert import encode_words
 from transformer_lab.data.bert import BertTokenizerPreprocessor, pad_batch
+from transformer_lab.data.checks import require_file
 from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.errors import DataError
 from transformer_lab.utils.io import decode_utf8
@@ -43,8 +44,8 @@ def read_conll(path: str | Path) -> list[dict]:
     """Sentences of a CoNLL-2003 file: [{"words", "tags" (BIO)}]. A malformed line is a DataError
     naming the file and line."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found (a CoNLL-2003 directory has {', '.join(FILES.values())})")
+    require_file(path, "a CoNLL-2003 file",
+                 f"file not found (a CoNLL-2003 directory has {', '.join(FILES.values())})")
     sentences, words, tags = [], [], []
     lines = decode_utf8(path, path.read_bytes()).splitlines()
     for number, line in enumerate([*lines, ""], 1):

@@ -14,6 +14,7 @@ import re
 import unicodedata
 from pathlib import Path
 
+from transformer_lab.data.checks import require_file
 from transformer_lab.data.hub import load_hub_dataset
 from transformer_lab.errors import DataError
 from transformer_lab.utils.io import atomic_directory, decode_utf8
@@ -35,8 +36,7 @@ def builtin_corpus_path() -> Path:
 
 def read_text_file(path: str | Path) -> str:
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: text file not found")
+    require_file(path, "a text file", "text file not found")
     raw = path.read_bytes()
     if not raw.strip():
         raise DataError(f"{path}: file is empty")

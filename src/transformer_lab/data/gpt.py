@@ -29,6 +29,7 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from transformer_lab.data.bert import IGNORE_INDEX, truncate, truncate_pair
+from transformer_lab.data.checks import require_file
 from transformer_lab.data.corpus import read_documents
 from transformer_lab.data.preprocessing import TokenizerPreprocessor
 from transformer_lab.data.text_classification import load_examples, split_examples, training_labels
@@ -150,8 +151,7 @@ def next_sentence_choices(documents: list[list[str]], n_choices: int, rng: rando
 
 def read_choices_jsonl(path: Path) -> list[dict]:
     """Multiple choice from a JSON-lines file: {"context": str, "choices": [str, ...], "label": int}."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
+    require_file(path, "a JSON-lines file")
     examples = []
     for number, line in enumerate(decode_utf8(path, path.read_bytes()).splitlines(), 1):
         if not line.strip():

@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 
 from transformer_lab.data.bert import (BertTokenizerPreprocessor, encode_pair, next_sentence_pairs, pad_batch,
                                        truncate, truncate_pair)
+from transformer_lab.data.checks import require_file
 from transformer_lab.data.corpus import read_documents
 from transformer_lab.data.hub import load_hub_dataset
 from transformer_lab.data.tokenizers import load_tokenizer
@@ -47,8 +48,7 @@ def builtin_sentiment_path() -> Path:
 
 def read_fasttext_labels(path: Path, encoding: str = "utf-8") -> list[dict]:
     """`__label__X text` lines (the format of gensim's polarity sample)."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
+    require_file(path, "a text file of '__label__X text' lines")
     raw = path.read_bytes()
     text = decode_utf8(path, raw) if encoding == "utf-8" else raw.decode(encoding)
     examples = []
@@ -64,8 +64,7 @@ def read_fasttext_labels(path: Path, encoding: str = "utf-8") -> list[dict]:
 
 def read_table(path: Path, text_a: str, text_b: str | None, label: str) -> list[dict]:
     """A CSV (or .tsv) file with a header naming the columns."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
+    require_file(path, "a CSV or TSV file")
     tab = path.suffix in (".tsv", ".tab")
     # GLUE's TSV files quote nothing: a '"' inside a sentence is text (csv's quoting would swallow lines)
     text = decode_utf8(path, path.read_bytes()).removeprefix("\ufeff")  # MRPC's files start with a BOM

@@ -30,6 +30,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from transformer_lab.data.bert import IGNORE_INDEX
+from transformer_lab.data.checks import require_file
 from transformer_lab.data.hub import load_hub_dataset
 from transformer_lab.data.preprocessing import TokenizerPreprocessor
 from transformer_lab.errors import DataError
@@ -45,8 +46,7 @@ TRAIN, VALIDATION = "train", "val"
 
 def read_lines(path: Path) -> list[str]:
     """A text file's lines; a missing file or a byte that is not UTF-8 is one DataError naming it."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
+    require_file(path, "a text file of sentences, one a line")
     text = decode_utf8(path, path.read_bytes())
     lines = text.split("\n")
     if lines and lines[-1] == "":  # the newline that ends the last line
