@@ -89,12 +89,54 @@ def test_entities_join_bio_runs():
     assert "score" not in entities(words, tags, [None] * 7, text)[0]
 
 
+def one_window_answer(task, question: str, context: str) -> dict:
+    """The answer of the one feature a context cut to max_len makes (what predict read before long
+    contexts were read in windows)."""
+    from transformer_lab.tasks.question_answering import best_spans, span_probabilities, spans_to_answers
+
+    batch = task.preprocessor.collate(task.preprocessor.encode([{"question": question, "context": context}]))
+    with torch.no_grad():
+        out = task(batch)
+    allowed = batch["offsets"][..., 0] >= 0
+    starts, ends, _ = best_spans(out.start_logits, out.end_logits, allowed, task.hparams.max_answer_tokens)
+    score = span_probabilities(out.start_logits, out.end_logits, allowed, starts, ends)
+    return {**spans_to_answers(starts, ends, batch["offsets"], batch["context"])[0], "score": score.item()}
+
+
 def test_question_answering_answers_from_the_context(models):
     path, task = models["bert_qa"]
     answer = pipeline(model=str(path))(question=TEXTS[0], context=TEXTS[2])
     assert answer == task.predict([TEXTS[0]], [TEXTS[2]])[0]
     assert TEXTS[2][answer["start"]:answer["end"]] == answer["answer"]
     assert pipeline(model=str(path))({"question": TEXTS[0], "context": TEXTS[2]}) == answer
+    # a context that fits: one window, the answer of the whole context read at once
+    assert answer.pop("windows") == 1
+    assert answer == pytest.approx(one_window_answer(task, TEXTS[0], TEXTS[2]))
+
+
+def test_question_answering_finds_an_answer_beyond_the_first_window(models, monkeypatch):
+    from transformer_lab.models.outputs import ModelOutput
+    from transformer_lab.pipelines import LoadedModel
+
+    _, task = models["bert_qa"]
+    lisbon = task.preprocessor.tokenizer.token_to_id("lisbon")
+
+    def points_at_lisbon(input_ids, segment_ids=None, attention_mask=None, **_):
+        """Span logits that pick the token "lisbon" wherever it is: the answer is known."""
+        logits = (input_ids == lisbon).float()[..., None].expand(-1, -1, 2) * 10
+        return ModelOutput(logits=logits, start_logits=logits[..., 0], end_logits=logits[..., 1])
+
+    monkeypatch.setattr(task.model, "forward", points_at_lisbon)
+    answer = pipeline(model=LoadedModel("question_answering", task, "a model that points at lisbon"))
+    long = " ".join([TEXTS[3]] * 12) + " in lisbon"  # ~90 tokens; a window holds 21 or so
+    found = answer(question=TEXTS[0], context=long)
+    assert found["answer"] == "lisbon" and found["start"] == long.index("lisbon") and found["windows"] > 3
+    assert one_window_answer(task, TEXTS[0], long)["answer"] != "lisbon"  # cut, the context had no answer
+    assert answer(question=TEXTS[0], context=long, doc_stride=0)["windows"] < found["windows"]
+    with pytest.raises(TransformerLabError, match="doc_stride=21: must be below the 21 passage tokens"):
+        answer(question=TEXTS[0], context=long, doc_stride=21)
+    short = answer(question=TEXTS[0], context=TEXTS[2])
+    assert short["answer"] == "lisbon" and short["windows"] == 1
 
 
 def test_fill_mask_ranks_the_vocabulary(models):

@@ -97,6 +97,30 @@ def test_truncated_passages_keep_answers_that_fit_and_mark_the_rest(tokenizer):
     assert kept["input_ids"][passage[-1] + 1] == specials["sep"] and passage == list(range(passage[0], 47))
 
 
+def test_long_passages_read_in_windows_cover_them_with_overlaps_of_doc_stride(tokenizer):
+    specials = special_ids(tokenizer)
+    context = "Maria Lopez was born in Lisbon. " + "She collected stamps. " * 40 + "She moved to Oslo."
+    late = {"question": "Where did Maria Lopez move to?", "context": context, "answer_text": "Oslo",
+            "answer_start": context.index("Oslo"), "answers": ["Oslo"]}
+    features = encode_examples([late, {"question": "Who?", "context": "Oslo."}], tokenizer, specials, max_len=48,
+                               max_question_tokens=16, doc_stride=8)
+    assert [f["example"] for f in features].count(1) == 1  # a short passage: one window
+    windows = [[tuple(o) for o in f["offsets"] if o[0] >= 0] for f in features if f["example"] == 0]
+    passage = [tuple(o) for o in tokenizer.encode(context, add_special_tokens=False).offsets]
+    assert len(windows) > 2 and all(len(f["input_ids"]) <= 48 for f in features)
+    assert windows[0][0] == passage[0] and windows[-1][-1] == passage[-1]
+    for before, after in zip(windows, windows[1:]):
+        assert after[:8] == before[-8:]  # doc_stride tokens read twice, none skipped
+    assert sum(map(len, windows)) - 8 * (len(windows) - 1) == len(passage)
+    answered = [f for f in features if f["answer_in_passage"]]
+    assert answered and all(f["example"] == 0 for f in answered)
+    for feature in answered:
+        start, end = feature["offsets"][feature["start_position"]][0], feature["offsets"][feature["end_position"]][1]
+        assert context[start:end] == "Oslo"
+    with pytest.raises(TransformerLabError, match="doc_stride=29: .* 29 passage tokens"):
+        encode_examples([late], tokenizer, specials, max_len=48, max_question_tokens=16, doc_stride=29)
+
+
 def test_char_to_token_span_on_partial_and_missing_overlap():
     offsets = [(0, 5), (6, 8), (8, 12), (13, 17)]
     assert char_to_token_span(offsets, 6, 12) == (1, 2)

@@ -12,7 +12,9 @@ feature-extraction only). The checkpoint names the family that wrote it, so `tas
 out; a task the model cannot do is one error naming the tasks it can.
 
 A single input gives one result, a list gives a list. Text longer than the model's position
-limit is cut to it with a warning (what the model reads is what BERT reads in training too).
+limit is cut to it with a warning (what the model reads is what BERT reads in training too),
+except a question-answering context and an ATIS utterance: those are read whole, in overlapping
+windows. Options are checked by name and range (OPTIONS) before anything is read.
 """
 
 from __future__ import annotations
@@ -428,8 +430,10 @@ class TokenClassificationPipeline(Pipeline):
 
 
 class QuestionAnsweringPipeline(Pipeline):
-    """{"question", "context"} (or question=, context=) -> {"answer", "score", "start", "end"},
-    context[start:end] == answer."""
+    """{"question", "context"} (or question=, context=) -> {"answer", "score", "start", "end",
+    "windows"}, context[start:end] == answer. A context longer than the model reads is read in
+    overlapping windows (doc_stride tokens shared; null: half a window), the best span of any
+    window the answer; "windows" says how many were read."""
 
     task_name = "question-answering"
 
@@ -441,13 +445,13 @@ class QuestionAnsweringPipeline(Pipeline):
                 inputs = {"question": question, "context": context}
         return super().__call__(inputs, **options)
 
-    def run(self, inputs, batch_size: int = 16):
+    def run(self, inputs, batch_size: int = 16, doc_stride: int | None = None):
         for item in inputs:
             if not isinstance(item, dict):
                 raise TransformerLabError("question-answering takes {'question': ..., 'context': ...}")
         questions = [check_text(item.get("question"), "question") for item in inputs]
         contexts = [check_text(item.get("context"), "context") for item in inputs]
-        return self.model.predict(questions, contexts, batch_size=batch_size)
+        return self.model.predict(questions, contexts, batch_size=batch_size, doc_stride=doc_stride)
 
 
 class FillMaskPipeline(Pipeline):

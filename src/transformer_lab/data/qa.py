@@ -7,10 +7,11 @@ A feature is `[CLS] question [SEP] passage [SEP]` (segments 0 / 1) with the answ
 end token positions, and each passage token's character span in the context, so that a
 predicted token span maps back to `context[start:end]` without detokenising.
 
-Long passages are cut at the end to fit max_len (no sliding windows). A training example whose
+Training and scoring cut long passages at the end to fit max_len. A training example whose
 answer no longer fits is dropped (it cannot teach a span); a validation or test example is kept
 with start = end = 0 ([CLS]) so its loss is defined, and it counts as a miss in EM/F1, as the
-answer is not in what the model reads.
+answer is not in what the model reads. Prediction reads a long passage whole, in overlapping
+windows (passage_windows; doc_stride tokens shared), and answers with the best span of any window.
 """
 
 from __future__ import annotations
@@ -294,33 +295,51 @@ def char_to_token_span(offsets: list[tuple[int, int]], start_char: int, end_char
     return (tokens[0], tokens[-1]) if tokens else None
 
 
+def passage_windows(n_tokens: int, room: int, doc_stride: int | None) -> list[tuple[int, int]]:
+    """[start, end) token spans of a passage of n_tokens, each at most `room` tokens, each next one
+    starting doc_stride tokens before the end of the one before (BERT's reading of a document
+    longer than it reads: every token is read, and read with context on both sides in some window).
+    doc_stride=None: the first window only (the passage cut, as training reads it)."""
+    windows = [(0, min(room, n_tokens))]
+    while doc_stride is not None and windows[-1][1] < n_tokens:
+        start = windows[-1][1] - doc_stride
+        windows.append((start, min(start + room, n_tokens)))
+    return windows
+
+
 def encode_examples(examples: list[dict], tokenizer: Tokenizer, specials: dict[str, int], max_len: int,
-                    max_question_tokens: int) -> list[dict]:
-    """One feature per example (see the module docstring); examples without "answer_start"
-    (questions to predict) get start = end = 0."""
+                    max_question_tokens: int, doc_stride: int | None = None) -> list[dict]:
+    """The features of examples (see the module docstring), each with "example", the index of its
+    example: one per example with doc_stride=None (a long passage cut at max_len), else one per
+    window of its passage (passage_windows), consecutive windows sharing doc_stride tokens.
+    Examples without "answer_start" (questions to predict) get start = end = 0."""
+    smallest_room = max_len - max_question_tokens - 3  # [CLS] q [SEP] p [SEP] with the longest question
+    if doc_stride is not None and not 0 <= doc_stride < smallest_room:
+        raise TransformerLabError(f"doc_stride={doc_stride}: must be below the {smallest_room} passage tokens a "
+                                  f"window holds (max_len={max_len} less max_question_tokens={max_question_tokens} "
+                                  "and 3 special tokens), and at least 0")
     # SQuAD asks ~5 questions per paragraph: tokenise each distinct context once.
     contexts = list(dict.fromkeys(e["context"] for e in examples))
     passages = dict(zip(contexts, tokenizer.encode_batch(contexts, add_special_tokens=False)))
     questions = tokenizer.encode_batch([e["question"] for e in examples], add_special_tokens=False)
     features = []
-    for example, question in zip(examples, questions):
+    for index, (example, question) in enumerate(zip(examples, questions)):
         q_ids = question.ids[:max_question_tokens]
         passage = passages[example["context"]]
-        keep = max_len - len(q_ids) - 3  # [CLS] q [SEP] p [SEP]
-        input_ids, segment_ids = encode_pair(q_ids, passage.ids[:keep], specials)
-        first = len(q_ids) + 2  # the passage's first position
-        kept_offsets = [tuple(o) for o in passage.offsets[:keep]]
-        offsets = [NO_OFFSET] * first + kept_offsets + [NO_OFFSET]
-        start = end = 0
-        in_passage = False
+        span = None
         if "answer_start" in example:
             span = char_to_token_span(passage.offsets, example["answer_start"],
                                       example["answer_start"] + len(example["answer_text"]))
-            if span is not None and span[1] < len(kept_offsets):
-                start, end, in_passage = first + span[0], first + span[1], True
-        features.append({"input_ids": input_ids, "segment_ids": segment_ids, "offsets": offsets,
-                         "start_position": start, "end_position": end, "answer_in_passage": in_passage,
-                         "context": example["context"], "answers": example.get("answers", [])})
+        first = len(q_ids) + 2  # the passage's first position
+        for start, end in passage_windows(len(passage.ids), max_len - len(q_ids) - 3, doc_stride):
+            input_ids, segment_ids = encode_pair(q_ids, passage.ids[start:end], specials)
+            offsets = [NO_OFFSET] * first + [tuple(o) for o in passage.offsets[start:end]] + [NO_OFFSET]
+            in_passage = span is not None and start <= span[0] and span[1] < end
+            answer = (first + span[0] - start, first + span[1] - start) if in_passage else (0, 0)
+            features.append({"input_ids": input_ids, "segment_ids": segment_ids, "offsets": offsets,
+                             "start_position": answer[0], "end_position": answer[1],
+                             "answer_in_passage": in_passage, "example": index, "context": example["context"],
+                             "answers": example.get("answers", [])})
     return features
 
 
@@ -354,9 +373,17 @@ class QAPreprocessor(BertTokenizerPreprocessor):
                                       f"max_len={self.max_len} tokens; lower it or raise max_len")
         super().__post_init__()
 
-    def encode(self, examples: list[dict]) -> list[dict]:
-        """Features of examples {"question", "context"} (and, to train or score, the answer fields)."""
-        return encode_examples(examples, self.tokenizer, self.specials, self.max_len, self.max_question_tokens)
+    def encode(self, examples: list[dict], doc_stride: int | None = None) -> list[dict]:
+        """Features of examples {"question", "context"} (and, to train or score, the answer fields);
+        with doc_stride, one per window of a long passage (encode_examples)."""
+        return encode_examples(examples, self.tokenizer, self.specials, self.max_len, self.max_question_tokens,
+                               doc_stride)
+
+    @property
+    def default_doc_stride(self) -> int:
+        """Half the passage tokens a window holds with the longest question: a token at the end of
+        one window sits near the middle of the next."""
+        return (self.max_len - self.max_question_tokens - 3) // 2
 
     def collate(self, features: list[dict]) -> dict:
         return collate_qa(features, self.specials["pad"])

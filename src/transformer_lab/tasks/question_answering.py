@@ -174,21 +174,32 @@ class QuestionAnsweringTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.Light
                                    self.trainer.estimated_stepping_batches, trainer=self.trainer)
 
     @inference
-    def predict(self, questions: list[str], contexts: list[str], batch_size: int = 64) -> list[dict]:
-        """The best answer span for each raw (question, context): {"answer", "start", "end", "score"}
-        with context[start:end] == answer (character offsets into the context) and score its
-        probability (span_probabilities)."""
+    def predict(self, questions: list[str], contexts: list[str], batch_size: int = 64,
+                doc_stride: int | None = None) -> list[dict]:
+        """The best answer span for each raw (question, context): {"answer", "start", "end", "score",
+        "windows"} with context[start:end] == answer (character offsets into the context), score its
+        probability (span_probabilities) and windows how many windows of the context were read. A
+        context longer than a window is read in overlapping windows, doc_stride tokens shared
+        (None: the preprocessor's default_doc_stride), and the best-scoring span of any window wins,
+        as transformers' question-answering pipeline does."""
         if len(questions) != len(contexts):
             raise TransformerLabError(f"{len(questions)} questions but {len(contexts)} contexts")
-        features = self.preprocessor.encode([{"question": q, "context": c} for q, c in zip(questions, contexts)])
-        results = []
+        stride = self.preprocessor.default_doc_stride if doc_stride is None else doc_stride
+        features = self.preprocessor.encode([{"question": q, "context": c} for q, c in zip(questions, contexts)],
+                                            doc_stride=stride)
+        best: list[dict | None] = [None] * len(questions)
+        windows = collections.Counter(feature["example"] for feature in features)
         for first in range(0, len(features), batch_size):
-            batch = self.preprocessor.collate(features[first:first + batch_size])
+            chunk = features[first:first + batch_size]
+            batch = self.preprocessor.collate(chunk)
             batch = {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in batch.items()}
             out = self(batch)
             in_passage = batch["offsets"][..., 0] >= 0
             starts, ends, _ = best_spans(out.start_logits, out.end_logits, in_passage, self.hparams.max_answer_tokens)
             scores = span_probabilities(out.start_logits, out.end_logits, in_passage, starts, ends)
             answers = spans_to_answers(starts, ends, batch["offsets"], batch["context"])
-            results += [{**answer, "score": score} for answer, score in zip(answers, scores.tolist())]
-        return results
+            for feature, answer, score in zip(chunk, answers, scores.tolist()):
+                index = feature["example"]
+                if best[index] is None or score > best[index]["score"]:  # a tie: the earlier window
+                    best[index] = {**answer, "score": score, "windows": windows[index]}
+        return best
