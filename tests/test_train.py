@@ -205,6 +205,24 @@ def test_the_champion_moves_only_to_a_better_run(tmp_path, monkeypatch):
     assert register(runs[2][1], "loss_model", runs[2][0], "val/slot_f1", "min") == (1, True)
 
 
+def test_the_served_model_answers_a_bad_row_with_400_and_its_reason_only(smoke_run):
+    import mlflow
+    from mlflow.pyfunc import scoring_server
+    from starlette.testclient import TestClient
+
+    mlflow.set_tracking_uri(smoke_run["uri"])
+    model_uri = MlflowClient(smoke_run["uri"]).get_run(smoke_run["run_id"]).data.tags["model_uri"]
+    server = TestClient(scoring_server.init(mlflow.pyfunc.load_model(model_uri)))  # what `mlflow models serve` runs
+    good = server.post("/invocations", json={"dataframe_records": [{"text": "flights to boston"}]})
+    assert good.status_code == 200 and good.json()["predictions"][0]["words"] == ["flights", "to", "boston"]
+    bad = server.post("/invocations", json={"dataframe_records": [{"text": "flights to boston"}, {"text": " "}]})
+    assert bad.status_code == 400
+    answer = bad.json()
+    assert answer["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert answer["message"] == "input row 1: field 'text' is missing or empty"
+    assert "stack_trace" not in answer and "Traceback" not in bad.text and "site-packages" not in bad.text
+
+
 @pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_the_served_champion_answers_http_requests_as_the_pipeline(smoke_run, tmp_path):
     import os

@@ -15,8 +15,11 @@ question and context; image (an image file's bytes, base64-encoded); a table row
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import io
+import json
+import logging
 import shutil
 import warnings
 from importlib.metadata import version
@@ -24,6 +27,12 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
+
+from transformer_lab.errors import TransformerLabError
+
+log = logging.getLogger(__name__)
 
 CHAMPION = "champion"
 MODEL_CODE = Path(__file__).with_name("serving_model.py")
@@ -78,10 +87,33 @@ def records_to_inputs(task: str, frame: pd.DataFrame) -> list:
     for number, record in enumerate(frame.to_dict(orient="records")):
         record = {k: v for k, v in record.items() if not (isinstance(v, float) and pd.isna(v))}
         if task == "image-classification":
-            inputs.append(base64.b64decode(record["image"]))
+            inputs.append(image_bytes(record.get("image"), f"input row {number}"))
         else:
             inputs.append(record_input(task, record, f"input row {number}", Path.cwd()))
     return inputs
+
+
+def image_bytes(encoded, where: str) -> bytes:
+    if not isinstance(encoded, str) or not encoded.strip():
+        raise TransformerLabError(f"{where}: field 'image' is missing or empty")
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        raise TransformerLabError(f"{where}: field 'image' is not base64-encoded bytes") from None
+
+
+class ServedError(MlflowException):
+    """What the served model answers when it cannot predict: the HTTP status of error_code and JSON
+    with the one-line message, nothing more. MLflow's scoring server answers other exceptions with
+    the server's stack trace, and writes the whole input table before the message of this one
+    ("Failed to predict data '...'"): the client sent that table, and the trace is the server's business."""
+
+    def __init__(self, message: str, error_code: int):
+        super().__init__(message, error_code=error_code)
+        self.reason = message
+
+    def serialize_as_json(self) -> str:
+        return json.dumps({**json.loads(super().serialize_as_json()), "message": self.reason})
 
 
 # The signature comes from the input example and records_to_inputs checks every row: MLflow's
@@ -98,9 +130,18 @@ class PipelineModel(mlflow.pyfunc.PythonModel):
         self.pipeline = pipeline(model=context.artifacts["checkpoint"])
 
     def predict(self, context, model_input, params=None) -> list:
+        """The pipeline's answers; a bad row is answered (served: HTTP 400) with its one-line reason,
+        any other failure (500) with its kind, its traceback going to the server's log."""
         if not isinstance(model_input, pd.DataFrame):
             model_input = pd.DataFrame(model_input if isinstance(model_input, list) else [model_input])
-        return self.pipeline(records_to_inputs(self.pipeline.task_name, model_input), **(params or {}))
+        try:
+            return self.pipeline(records_to_inputs(self.pipeline.task_name, model_input), **(params or {}))
+        except TransformerLabError as err:
+            raise ServedError(str(err), INVALID_PARAMETER_VALUE) from None
+        except Exception as err:
+            log.exception("predict failed")
+            raise ServedError(f"the model failed on this input ({type(err).__name__}); the server's log has "
+                              "the details", INTERNAL_ERROR) from err
 
 
 def log_pipeline_model(run_id: str, checkpoint: str | Path) -> str | None:
