@@ -205,6 +205,54 @@ def test_the_champion_moves_only_to_a_better_run(tmp_path, monkeypatch):
     assert register(runs[2][1], "loss_model", runs[2][0], "val/slot_f1", "min") == (1, True)
 
 
+def test_run_link_names_the_store_the_run_went_to(tmp_path):
+    from transformer_lab.tracking import run_link
+
+    project_store = tmp_path / "mlflow.db"
+    page = "#/experiments/3/runs/abc"
+    assert run_link("http://10.0.0.5:5001/", "3", "abc", project_store) == f"http://10.0.0.5:5001/{page}"
+    assert run_link(f"sqlite:///{project_store}", "3", "abc", project_store) == (
+        f"http://127.0.0.1:5000/{page} after `make ui` (store sqlite:///{project_store})")
+    other = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
+    assert run_link(other, "3", "abc", project_store) == (
+        f"run abc in {other}: `mlflow ui --backend-store-uri {other}`, then http://127.0.0.1:5000/{page}")
+    database = run_link("postgresql://team:s3cret@db.example:5432/mlflow", "3", "abc", project_store)
+    assert "s3cret" not in database and "postgresql://team:***@db.example:5432/mlflow" in database
+
+
+def test_the_served_model_answers_a_bad_row_with_400_and_its_reason_only(smoke_run):
+    import mlflow
+    from mlflow.pyfunc import scoring_server
+    from starlette.testclient import TestClient
+
+    mlflow.set_tracking_uri(smoke_run["uri"])
+    model_uri = MlflowClient(smoke_run["uri"]).get_run(smoke_run["run_id"]).data.tags["model_uri"]
+    server = TestClient(scoring_server.init(mlflow.pyfunc.load_model(model_uri)))  # what `mlflow models serve` runs
+    good = server.post("/invocations", json={"dataframe_records": [{"text": "flights to boston"}]})
+    assert good.status_code == 200 and good.json()["predictions"][0]["words"] == ["flights", "to", "boston"]
+    bad = server.post("/invocations", json={"dataframe_records": [{"text": "flights to boston"}, {"text": " "}]})
+    assert bad.status_code == 400
+    answer = bad.json()
+    assert answer["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert answer["message"] == "input row 1: field 'text' is missing or empty"
+    assert "stack_trace" not in answer and "Traceback" not in bad.text and "site-packages" not in bad.text
+
+
+def test_run_link_names_the_store_the_run_went_to(tmp_path):
+    from transformer_lab.tracking import run_link
+
+    project_store = tmp_path / "mlflow.db"
+    page = "#/experiments/3/runs/abc"
+    assert run_link("http://10.0.0.5:5001/", "3", "abc", project_store) == f"http://10.0.0.5:5001/{page}"
+    assert run_link(f"sqlite:///{project_store}", "3", "abc", project_store) == (
+        f"http://127.0.0.1:5000/{page} after `make ui` (store sqlite:///{project_store})")
+    other = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
+    assert run_link(other, "3", "abc", project_store) == (
+        f"run abc in {other}: `mlflow ui --backend-store-uri {other}`, then http://127.0.0.1:5000/{page}")
+    database = run_link("postgresql://team:s3cret@db.example:5432/mlflow", "3", "abc", project_store)
+    assert "s3cret" not in database and "postgresql://team:***@db.example:5432/mlflow" in database
+
+
 def test_the_served_model_answers_a_bad_row_with_400_and_its_reason_only(smoke_run):
     import mlflow
     from mlflow.pyfunc import scoring_server

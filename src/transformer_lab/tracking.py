@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -120,12 +121,35 @@ def build_loggers(cfg: DictConfig, resume_run_id: str | None = None) -> list[Log
     return loggers
 
 
-def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str:
-    """Where a person finds the run: its page on a server, or how to open the local store."""
+def without_password(uri: str) -> str:
+    """A store's URI as it may be printed: a password in it (postgresql://user:secret@host) masked."""
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.password:
+        return uri
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+
+
+def sqlite_file(uri: str) -> Path | None:
+    return Path(uri.removeprefix("sqlite:///")).resolve() if uri.startswith("sqlite:///") else None
+
+
+# stores `mlflow ui --backend-store-uri` opens; any other (databricks, ...) has its own UI
+UI_OPENS = ("sqlite", "postgresql", "mysql", "mssql", "file", "")
+
+
+def run_link(tracking_uri: str, experiment_id: str, run_id: str, project_store: str | Path) -> str:
+    """Where a person finds the run: its page on the server it went to; in the project's own store
+    (project_store, the SQLite file `make ui` serves), that page after `make ui`; in another store,
+    the store and the command that shows it."""
     page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    shown = without_password(tracking_uri)
     if tracking_uri.startswith(("http://", "https://")):
-        return f"{tracking_uri.rstrip('/')}/{page}"
-    return f"http://127.0.0.1:5000/{page} after `make ui` ({tracking_uri})"
+        return f"{shown.rstrip('/')}/{page}"
+    if sqlite_file(tracking_uri) == Path(project_store).resolve():
+        return f"http://127.0.0.1:5000/{page} after `make ui` (store {shown})"
+    if urllib.parse.urlsplit(tracking_uri).scheme.split("+")[0] in UI_OPENS:
+        return f"run {run_id} in {shown}: `mlflow ui --backend-store-uri {shown}`, then http://127.0.0.1:5000/{page}"
+    return f"run {run_id} of experiment {experiment_id} in {shown}"
 
 
 
@@ -272,4 +296,5 @@ class RunRecord(Callback):
     def link(self) -> str | None:
         if self.logger is None:
             return None
-        return run_link(self.logger._tracking_uri, self.logger.experiment_id, self.logger.run_id)
+        return run_link(self.logger._tracking_uri, self.logger.experiment_id, self.logger.run_id,
+                        Path(self.cfg.paths.tracking_dir, "mlflow.db"))  # the store `make ui` serves
