@@ -18,12 +18,14 @@ def train_run(overrides: list[str], out_dir) -> dict:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory, prepared_atis):
-    """One tiny tracked training run shared by the tests that only read its results."""
+    """One tiny tracked training run shared by the tests that only read its results (registered: a
+    debug run registers its model only when asked to)."""
     tmp = tmp_path_factory.mktemp("smoke")
     uri = f"sqlite:///{tmp}/mlflow.db"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", uri)
-        metrics = train_run(["debug=smoke", f"data.prepared_dir={prepared_atis}", "trainer.max_epochs=2"], tmp / "run")
+        metrics = train_run(["debug=smoke", f"data.prepared_dir={prepared_atis}", "trainer.max_epochs=2",
+                             "tracking.register=true"], tmp / "run")
     run_id = json.loads((tmp / "run" / "mlflow_run.json").read_text())["run_id"]
     return {"dir": tmp / "run", "uri": uri, "run_id": run_id, "metrics": metrics}
 
@@ -49,6 +51,9 @@ def test_mlflow_run_has_params_per_step_metrics_tags_and_artifacts(smoke_run):
     tags = mlflow_run.data.tags
     assert tags["hydra_overrides"].startswith("debug=smoke data.prepared_dir=")
     assert len(tags["git_commit"]) == 40 and tags["task_name"] == "atis"
+    # what it was trained and scored on: debug=smoke's first 64 training examples, all 60 of dev
+    assert tags["data_split_sizes"] == "train=64 validation=60" and len(tags["data_fingerprint"]) == 16
+    assert "prepared_dir=" in tags["data_files"]
     assert len(client.get_metric_history(smoke_run["run_id"], "train/loss_step")) == 8  # one point per step
     assert mlflow_run.data.metrics["val/slot_f1"] == pytest.approx(smoke_run["metrics"]["val/slot_f1"])
     artifacts = {a.path for a in client.list_artifacts(smoke_run["run_id"])}
@@ -179,11 +184,12 @@ def test_logged_mlflow_model_is_the_pipeline_and_the_registry_names_a_champion(s
     assert logged.predict(pd.DataFrame({"text": texts})) == expected
     champion = client.get_model_version_by_alias("atis", "champion")  # the run's task_name names the model
     assert champion.run_id == smoke_run["run_id"]
+    assert champion.tags["data_fingerprint"] == client.get_run(smoke_run["run_id"]).data.tags["data_fingerprint"]
     assert mlflow.pyfunc.load_model("models:/atis@champion").predict(pd.DataFrame({"text": texts})) == expected
 
 
 @pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
-def test_the_champion_moves_only_to_a_better_run(tmp_path, monkeypatch):
+def test_the_champion_moves_only_to_a_better_run_on_the_same_data(tmp_path):
     import mlflow
 
     from transformer_lab.serving import register
@@ -195,14 +201,48 @@ def test_the_champion_moves_only_to_a_better_run(tmp_path, monkeypatch):
                     "mlflow.models.set_model(Identity())\n")
     mlflow.set_experiment("atis")
     runs = []
-    for score in (0.80, 0.90, 0.85):
+    for score in (0.80, 0.90, 0.85, 0.95, 0.50):
         with mlflow.start_run() as run:
             mlflow.log_metric("val/slot_f1", score)
             runs.append((run.info.run_id, mlflow.pyfunc.log_model(name="model", python_model=str(code)).model_uri))
-    results = [register(uri, "atis", run_id, "val/slot_f1", "max") for run_id, uri in runs]
-    assert results == [(1, True), (2, True), (3, False)]
+
+    def register_run(number: int, data: str, force: bool = False):
+        run_id, uri = runs[number]
+        return register(uri, "atis", run_id, "val/slot_f1", "max", data, force=force)
+
+    first, better, worse = register_run(0, "full"), register_run(1, "full"), register_run(2, "full")
+    assert (first.version, first.champion) == (1, True) and first.reason == "no champion before"
+    assert (better.version, better.champion) == (2, True)
+    assert better.reason == "val/slot_f1 0.9 beats champion version 1's 0.8 on the same data"
+    assert (worse.version, worse.champion) == (3, False)
+    assert worse.reason == "val/slot_f1 0.85 does not beat champion version 2's 0.9 on the same data"
+    # a higher score on other data (a debug run's few examples) does not take the alias ...
+    elsewhere = register_run(3, "smoke")
+    assert (elsewhere.version, elsewhere.champion) == (4, False)
+    assert elsewhere.reason.startswith("champion version 2 was scored on other data (full; this run: smoke)")
     assert int(mlflow.MlflowClient().get_model_version_by_alias("atis", "champion").version) == 2
-    assert register(runs[2][1], "loss_model", runs[2][0], "val/slot_f1", "min") == (1, True)
+    # ... unless asked to, whatever the score
+    forced = register_run(4, "smoke", force=True)
+    assert (forced.version, forced.champion) == (5, True) and "tracking.champion=force" in forced.reason
+    assert int(mlflow.MlflowClient().get_model_version_by_alias("atis", "champion").version) == 5
+    assert mlflow.MlflowClient().get_model_version("atis", "5").tags["data_fingerprint"] == "smoke"
+    # a lower metric is better for a loss
+    assert register(runs[2][1], "loss_model", runs[2][0], "val/slot_f1", "min", "full").champion
+    assert register(runs[0][1], "loss_model", runs[0][0], "val/slot_f1", "min", "full").champion
+
+
+@pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
+def test_a_debug_run_registers_nothing_and_its_summary_names_its_store(tmp_path, smoke_overrides, capsys):
+    from mlflow import MlflowClient
+
+    train_run(smoke_overrides, tmp_path / "run")
+    printed = capsys.readouterr().out
+    assert MlflowClient().search_registered_models() == []
+    assert "model registry: not registered: a debug run (debug=smoke); tracking.register=true registers it" in printed
+    run_id = json.loads((tmp_path / "run" / "mlflow_run.json").read_text())["run_id"]
+    store = f"sqlite:///{tmp_path}/mlflow.db"  # the test's own store (conftest), not the project's `make ui` serves
+    [link] = [line for line in printed.splitlines() if line.startswith("  MLflow ")]
+    assert store in link and run_id in link and "make ui" not in link
 
 
 def test_run_link_names_the_store_the_run_went_to(tmp_path):
@@ -220,37 +260,27 @@ def test_run_link_names_the_store_the_run_went_to(tmp_path):
     assert "s3cret" not in database and "postgresql://team:***@db.example:5432/mlflow" in database
 
 
-def test_the_served_model_answers_a_bad_row_with_400_and_its_reason_only(smoke_run):
-    import mlflow
-    from mlflow.pyfunc import scoring_server
-    from starlette.testclient import TestClient
+def test_the_data_fingerprint_follows_content_and_sizes_not_location(tmp_path):
+    from transformer_lab.tracking import data_record
 
-    mlflow.set_tracking_uri(smoke_run["uri"])
-    model_uri = MlflowClient(smoke_run["uri"]).get_run(smoke_run["run_id"]).data.tags["model_uri"]
-    server = TestClient(scoring_server.init(mlflow.pyfunc.load_model(model_uri)))  # what `mlflow models serve` runs
-    good = server.post("/invocations", json={"dataframe_records": [{"text": "flights to boston"}]})
-    assert good.status_code == 200 and good.json()["predictions"][0]["words"] == ["flights", "to", "boston"]
-    bad = server.post("/invocations", json={"dataframe_records": [{"text": "flights to boston"}, {"text": " "}]})
-    assert bad.status_code == 400
-    answer = bad.json()
-    assert answer["error_code"] == "INVALID_PARAMETER_VALUE"
-    assert answer["message"] == "input row 1: field 'text' is missing or empty"
-    assert "stack_trace" not in answer and "Traceback" not in bad.text and "site-packages" not in bad.text
+    def fingerprint(settings, sizes=None):
+        return data_record(settings, sizes or {"train": 300, "validation": 60})["data_fingerprint"]
 
-
-def test_run_link_names_the_store_the_run_went_to(tmp_path):
-    from transformer_lab.tracking import run_link
-
-    project_store = tmp_path / "mlflow.db"
-    page = "#/experiments/3/runs/abc"
-    assert run_link("http://10.0.0.5:5001/", "3", "abc", project_store) == f"http://10.0.0.5:5001/{page}"
-    assert run_link(f"sqlite:///{project_store}", "3", "abc", project_store) == (
-        f"http://127.0.0.1:5000/{page} after `make ui` (store sqlite:///{project_store})")
-    other = f"sqlite:///{tmp_path}/elsewhere/mlflow.db"
-    assert run_link(other, "3", "abc", project_store) == (
-        f"run abc in {other}: `mlflow ui --backend-store-uri {other}`, then http://127.0.0.1:5000/{page}")
-    database = run_link("postgresql://team:s3cret@db.example:5432/mlflow", "3", "abc", project_store)
-    assert "s3cret" not in database and "postgresql://team:***@db.example:5432/mlflow" in database
+    for copy in ("a", "b"):
+        (tmp_path / copy / "prepared").mkdir(parents=True)
+        (tmp_path / copy / "prepared" / "train.parquet").write_bytes(b"rows")
+        (tmp_path / copy / "tokenizer.json").write_text("{}")
+    settings = {"_target_": "transformer_lab.data.atis.AtisDataModule", "batch_size": 16, "max_examples": None,
+                "prepared_dir": str(tmp_path / "a" / "prepared"), "tokenizer_path": str(tmp_path / "a" / "tokenizer.json")}
+    same = fingerprint(settings)
+    moved = {**settings, "prepared_dir": str(tmp_path / "b" / "prepared"),
+             "tokenizer_path": str(tmp_path / "b" / "tokenizer.json")}
+    assert fingerprint(moved) == same  # the same files in another clone
+    assert fingerprint({**settings, "batch_size": 64}) == same  # how batches are drawn, not which examples
+    assert fingerprint({**settings, "max_examples": 64}) != same
+    assert fingerprint(settings, {"train": 64, "validation": 32}) != same
+    (tmp_path / "b" / "prepared" / "train.parquet").write_bytes(b"other rows")
+    assert fingerprint(moved) != same
 
 
 def test_the_served_model_answers_a_bad_row_with_400_and_its_reason_only(smoke_run):

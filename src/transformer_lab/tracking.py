@@ -3,6 +3,7 @@ and a small run reference file that later DVC stages use to log into the same ru
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from lightning.pytorch.loggers import Logger, MLFlowLogger
@@ -18,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
@@ -90,8 +93,15 @@ def sweep_parent() -> str | None:
     return sweep_parent_run_id(HydraConfig.get().sweep.dir)
 
 
+CHAMPION_SETTINGS = ("auto", "force")  # tracking.champion: by the score on the same data, or this run whatever it scored
+
+
 def check_tracking(cfg: DictConfig) -> None:
-    """An MLflow server that is down stops a command before it reads any data."""
+    """An MLflow server that is down, or a tracking setting that means nothing, stops a command before
+    it reads any data."""
+    champion = (cfg.get("tracking") or {}).get("champion", "auto")
+    if champion not in CHAMPION_SETTINGS:
+        raise TransformerLabError(f"tracking.champion={champion!r} is not one of {', '.join(CHAMPION_SETTINGS)}")
     if cfg.get("logger"):
         check_tracking_server(cfg.paths.mlflow_tracking_uri)
 
@@ -151,6 +161,80 @@ def run_link(tracking_uri: str, experiment_id: str, run_id: str, project_store: 
         return f"run {run_id} in {shown}: `mlflow ui --backend-store-uri {shown}`, then http://127.0.0.1:5000/{page}"
     return f"run {run_id} of experiment {experiment_id} in {shown}"
 
+
+# Datamodule settings that change how batches are drawn or how training inputs are perturbed, not
+# which examples a run trains and is scored on: runs that differ only in them are scored on the same data.
+NOT_DATA_SETTINGS = frozenset({"batch_size", "eval_batch_size", "num_workers", "shuffle", "word_dropout",
+                               "crop_padding", "horizontal_flip"})
+DATA_FINGERPRINT = "data_fingerprint"  # tag of a run and of its registered model version
+
+
+def content_hash(path: Path) -> str:
+    """SHA-256 of a file, or of a folder's files: their names (relative to it) and contents."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(f"{file.relative_to(path) if path.is_dir() else ''}\0".encode())
+        with open(file, "rb") as stream:
+            digest.update(hashlib.file_digest(stream, "sha256").digest())
+    return digest.hexdigest()
+
+
+def _leaves(value, key: str = ""):
+    if isinstance(value, dict):
+        for name, item in value.items():
+            yield from _leaves(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, (list, tuple)):
+        for number, item in enumerate(value):
+            yield from _leaves(item, f"{key}.{number}")
+    else:
+        yield key, value
+
+
+def data_record(settings: dict, split_sizes: dict[str, int | str]) -> dict[str, str]:
+    """Tags saying which data a run was trained and scored on: `data_fingerprint`, a hash of the
+    datamodule's settings (but NOT_DATA_SETTINGS) and of the examples per split, in which a file or
+    folder a setting names counts by its content, not its place (the same prepared data in another
+    clone, or in `dvc exp run --queue`'s temporary copy, is the same data); `data_split_sizes`; and
+    `data_files`, the files read with the start of their hash. A model becomes champion by its score
+    only over a champion of the same fingerprint (serving.register)."""
+    identity, files = {}, []
+    for key, value in _leaves(settings):
+        if key.rsplit(".", 1)[-1] in NOT_DATA_SETTINGS:
+            continue
+        if isinstance(value, str) and os.sep in value and Path(value).exists():
+            digest = content_hash(Path(value))
+            files.append(f"{key}={value} (sha256 {digest[:12]})")
+            value = digest
+        identity[key] = value
+    identity["split_sizes"] = split_sizes
+    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {DATA_FINGERPRINT: fingerprint,
+            "data_split_sizes": " ".join(f"{split}={size}" for split, size in split_sizes.items()),
+            "data_files": "; ".join(files) or "(none: no setting names a file)"}
+
+
+def examples_in(loaders, batches: list[int | float], world_size: int) -> int | str | None:
+    """How many examples a split's loader(s) give in `batches` batches per process (None: a stream of
+    unknown length)."""
+    loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+    counts = [scored_examples(loader, scored, world_size) for loader, scored in zip(loaders, batches)]
+    if not counts or None in counts:
+        return None
+    return counts[0] if len(counts) == 1 else "+".join(map(str, counts))
+
+
+def scored_examples(loader, batches: int | float, world_size: int) -> int | str | None:
+    """How many of a loader's examples `batches` batches per process cover (None: a stream of unknown length)."""
+    try:
+        total, available = len(loader.dataset), len(loader)
+    except TypeError:
+        return None
+    if batches >= available:
+        return total
+    if loader.batch_size:
+        return min(total, int(batches) * loader.batch_size * world_size)
+    return f"{int(batches)} of {available} batches"
 
 
 def find_mlflow_logger(loggers: list[Logger] | Logger | None) -> MLFlowLogger | None:
@@ -215,11 +299,21 @@ def log_artifacts(logger: MLFlowLogger, paths: list[str | Path], artifact_path: 
             logger.experiment.log_artifact(logger.run_id, str(path), artifact_path)
 
 
-def log_pipeline_model(logger: MLFlowLogger, checkpoint: str | Path,
-                       register_as: tuple[str, str, str] | None = None) -> str | None:
+@dataclass(frozen=True)
+class RegisterAs:
+    """A run's model as a version of registered model `name`, champion by `metric` (mode: max or min)
+    over a champion scored on the same data (data_fingerprint), or whatever it scored with force_champion."""
+    name: str
+    metric: str
+    mode: str
+    data_fingerprint: str | None
+    force_champion: bool = False
+
+
+def log_pipeline_model(logger: MLFlowLogger, checkpoint: str | Path, register_as: RegisterAs | None = None) -> str | None:
     """The pipeline of the checkpoint (or of a baseline's folder) as the run's MLflow model
-    (serving.py) and, with register_as (name, metric, mode), a version of registered model `name`,
-    `champion` if its metric is the best; returns the model's URI (None for a model no pipeline reads)."""
+    (serving.py) and, with register_as, a registered version of it; prints whether it took the alias
+    `champion` and why. Returns the model's URI (None for a model no pipeline reads)."""
     import mlflow
     from mlflow.exceptions import MlflowException
 
@@ -228,14 +322,16 @@ def log_pipeline_model(logger: MLFlowLogger, checkpoint: str | Path,
     mlflow.set_tracking_uri(logger._tracking_uri)
     uri = serving.log_pipeline_model(logger.run_id, checkpoint)
     if uri and register_as:
-        name, metric, mode = register_as
+        name = register_as.name
         try:
-            version, champion = serving.register(uri, name, logger.run_id, metric, mode)
+            registered = serving.register(uri, name, logger.run_id, register_as.metric, register_as.mode,
+                                          register_as.data_fingerprint, force=register_as.force_champion)
         except MlflowException as err:  # e.g. a file store, which has no registry
             print(f"model registry: not registered ({str(err).splitlines()[0][:160]})")
         else:
-            print(f"model registry: {name} version {version}{' (champion)' if champion else ''}, "
-                  f"models:/{name}@{serving.CHAMPION}")
+            print(f"model registry: {name} version {registered.version} "
+                  f"{'is' if registered.champion else 'is not'} {serving.CHAMPION}: {registered.reason} "
+                  f"(models:/{name}@{serving.CHAMPION})")
     return uri
 
 
@@ -261,6 +357,7 @@ class RunRecord(Callback):
     def __init__(self, cfg: DictConfig):
         self.cfg, self.overrides, self.parent_run_id = cfg, hydra_overrides(), sweep_parent()
         self.logger: MLFlowLogger | None = None
+        self.split_sizes: dict[str, int | str] = {}  # examples trained on and scored on, counted as the trainer goes
 
     def start(self, logger: MLFlowLogger | None) -> None:
         if logger is None or self.logger is not None:
@@ -273,15 +370,38 @@ class RunRecord(Callback):
         if stage == "fit" and trainer.is_global_zero:  # one process records the run
             self.start(find_mlflow_logger(trainer.loggers))
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._count("train", trainer.train_dataloader, [float("inf")], trainer.world_size)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        if trainer.state.fn == TrainerFn.VALIDATING:  # trainer.validate, whose scores the run reports
+            # limit_val_batches lets a debug run score a few batches of the validation set
+            self._count("validation", trainer.val_dataloaders, trainer.num_val_batches, trainer.world_size)
+
+    def _count(self, split: str, loaders, batches: list[int | float], world_size: int) -> None:
+        count = examples_in(loaders, batches, world_size)
+        if count is not None:
+            self.split_sizes[split] = count
+
     def log_metrics(self, metrics: dict[str, float]) -> None:
         if self.logger:
             self.logger.log_metrics(metrics)
 
+    def record_data(self, settings: dict) -> str | None:
+        """Tag the run with the data it was trained and scored on (data_record: the datamodule's
+        settings and the examples counted); its fingerprint."""
+        if self.logger is None:
+            return None
+        tags = data_record(settings, self.split_sizes)
+        for key, value in tags.items():
+            self.logger.experiment.set_tag(self.logger.run_id, key, value)
+        return tags[DATA_FINGERPRINT]
+
     def finish(self, files: list[str | Path], checkpoint: str | None = None, log_model: bool = False,
-               register_as: tuple[str, str, str] | None = None, baseline: str | Path | None = None) -> None:
+               register_as: RegisterAs | None = None, baseline: str | Path | None = None) -> None:
         """files: under the run's artifacts; checkpoint: under checkpoints/ and, with log_model, as the
-        run's pipeline model (registered with register_as: name, metric, mode); baseline: a fitted
-        baseline's folder, whose pipeline becomes the run's model."""
+        run's pipeline model (registered with register_as); baseline: a fitted baseline's folder, whose
+        pipeline becomes the run's model."""
         if self.logger is None:
             return
         log_artifacts(self.logger, files)

@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 import lightning as L
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab import plots, published, tracking
 from transformer_lab.callbacks import RandomState
@@ -67,6 +68,23 @@ def print_summary(cfg: DictConfig, metrics: dict, output_dir: Path, seconds: flo
         print(f"  MLflow   {link}")
 
 
+def debug_choice() -> str | None:
+    """The `debug` option the run was composed with (debug=smoke), if any."""
+    return HydraConfig.get().runtime.choices.get("debug") if HydraConfig.initialized() else None
+
+
+def register_as(cfg: DictConfig, family, data_fingerprint: str) -> tracking.RegisterAs | None:
+    """How the run's model is registered (tracking.register), saying why when a debug run's is not."""
+    if not cfg.tracking.register:
+        if cfg.tracking.log_trained_model and debug_choice():
+            print(f"model registry: not registered: a debug run (debug={debug_choice()}); "
+                  "tracking.register=true registers it")
+        return None
+    metric = family.metric(cfg.optimized_metric)
+    return tracking.RegisterAs(cfg.task_name, metric.name, metric.mode, data_fingerprint,
+                               force_champion=cfg.tracking.get("champion") == "force")
+
+
 def train(cfg: DictConfig) -> dict[str, float]:
     started = time.perf_counter()
     family = check_config(cfg)  # parts of one family, a metric of its own: one line otherwise, before anything is built
@@ -80,7 +98,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     # Published weights bring their tokenizer (the data is encoded with it) and their encoder's sizes.
     start = published.start_for(cfg.task.get("pretrained"), cfg.model.get("_target_"))
-    datamodule = instantiate(cfg.data.datamodule, **({"tokenizer_path": str(start.folder)} if start else {}))
+    published_tokenizer = {"tokenizer_path": str(start.folder)} if start else {}
+    datamodule = instantiate(cfg.data.datamodule, **published_tokenizer)
     if not isinstance(datamodule, FamilyDataModule):
         raise TransformerLabError(f"data.datamodule: {type(datamodule).__name__} lacks model_kwargs()/preprocessor "
                                   "(families.FamilyDataModule)")
@@ -126,9 +145,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         curves = plots.training_curves(output_dir / "history.csv", output_dir / "training_curves.png")
         if coverage is not None:
             record.log_metrics({"embeddings/word2vec_coverage": coverage})
-        metric = family.metric(cfg.optimized_metric)
+        settings = {**OmegaConf.to_container(cfg.data.datamodule, resolve=True), **published_tokenizer}
+        data_fingerprint = record.record_data(settings)  # None: no MLflow run to record it in
         record.finish([metrics_path, output_dir / "history.csv", curves], checkpoint=best or None,
                       log_model=bool(cfg.tracking.log_trained_model),
-                      register_as=(cfg.task_name, metric.name, metric.mode) if cfg.tracking.register else None)
+                      register_as=register_as(cfg, family, data_fingerprint) if data_fingerprint else None)
         print_summary(cfg, metrics, output_dir, time.perf_counter() - started, record.link)
     return metrics
