@@ -411,3 +411,27 @@ def test_word2vec_vectors_of_the_wrong_size_are_a_clear_error(tmp_path, smoke_ov
     with pytest.raises(TransformerLabError, match="vectors have 100 dimensions but model.d_model=128"):
         train_run([*smoke_overrides, "task.embeddings.init=word2vec", f"task.embeddings.vectors={tmp_path / 'v.txt'}"],
                   tmp_path / "run")
+
+
+@pytest.mark.slow  # a Hydra multirun of three jobs, two of which train
+def test_a_failing_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path, smoke_overrides):
+    from conftest import sweep_runs
+
+    uri = f"sqlite:///{tmp_path}/sweep.db"
+    # n_heads=3 composes (it is an int) but fails inside its job: 128 dimensions do not split into 3 heads
+    result = run([PYTHON, ROOT / "pipelines" / "train.py", "-m", "model.n_heads=4,3,2", *smoke_overrides,
+                  "tracking.log_trained_model=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                 env={"MLFLOW_TRACKING_URI": uri})
+    reason = "model: d_model=128 is not divisible by n_heads=3"
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert f"error: 1 of 3 jobs failed: #1 (model.n_heads=3) {reason}" in result.stderr.splitlines()
+    assert all((tmp_path / "sweep" / job / "metrics.json").is_file() for job in ("0", "2"))  # the job after it ran
+    parent, runs = sweep_runs(uri, "atis")
+    assert parent.info.status == "FAILED"
+    assert parent.data.metrics["jobs_total"] == 3 and parent.data.metrics["jobs_failed"] == 1
+    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in runs)
+    by_heads = {r.data.params["model.n_heads"]: r for r in runs}
+    assert by_heads["4"].info.status == by_heads["2"].info.status == "FINISHED"
+    failed = by_heads["3"]
+    assert failed.info.status == "FAILED" and failed.data.tags["failure"] == reason
+    assert failed.info.run_name.startswith("atis model.n_heads=3")  # named as its run would have been

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from transformer_lab.errors import TransformerLabError
 from transformer_lab.utils.io import atomic_write_json
 
 SWEEP_PARENT = "mlflow_sweep_parent.json"
 SWEEP_PARENT_CLAIM = "mlflow_sweep_parent.claim"
+JOB_OUTCOME = "job_outcome.json"  # in each job's folder: its overrides and, if it failed, why
+
+log = logging.getLogger(__name__)
 
 
 def sweep_parent_run_id(sweep_dir: str | Path) -> str | None:
@@ -23,19 +32,68 @@ def sweep_parent_run_id(sweep_dir: str | Path) -> str | None:
     return json.loads(path.read_text())["run_id"] if path.is_file() else None
 
 
-class MLflowSweepParent(Callback):
-    """A multirun sweep becomes one MLflow parent run; every job's run is tagged as its child
-    (`mlflow.parentRunId`, set in train.py), so the MLflow UI nests the trials under the sweep and
-    its compare view lines them up. Created once, in the launching process, before any job starts
-    (also when a launcher sends the jobs elsewhere, e.g. SLURM: they read the id from the sweep folder)."""
+def job_error(job_return: JobReturn) -> BaseException | None:
+    """What a failed job raised (None if it did not fail)."""
+    # not the public return_value: it raises the error, after a line of its own on stderr
+    return job_return._return_value if job_return.status == JobStatus.FAILED else None
+
+
+def one_line_reason(error: BaseException) -> tuple[str, bool]:
+    """Why a job failed, in one line, and whether the user caused it (a TransformerLabError, also
+    behind an error that wraps it, as Hydra's instantiate does)."""
+    cause = error
+    while cause is not None and not isinstance(cause, TransformerLabError):
+        cause = cause.__cause__
+    if cause is not None:
+        return str(cause).strip().split("\n")[0], True
+    first = str(error).strip().split("\n")[0]
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__, False
+
+
+def job_outcomes(sweep_dir: str | Path) -> list[dict]:
+    """The outcome of every job of the sweep in sweep_dir that has ended, in job order."""
+    outcomes = [json.loads(path.read_text()) for path in Path(sweep_dir).rglob(JOB_OUTCOME)]
+    return sorted(outcomes, key=lambda outcome: outcome["job"])
+
+
+def failures_line(outcomes: list[dict]) -> str:
+    """'2 of 5 jobs failed: #1 (model.n_heads=3) <reason>; ...', each job named by the overrides that
+    set it apart from the sweep's other jobs."""
+    failed = [o for o in outcomes if o["failure"]]
+    shared = set.intersection(*(set(o["overrides"]) for o in outcomes)) if len(outcomes) > 1 else set()
+    named = [f"#{o['job']} ({' '.join(x for x in o['overrides'] if x not in shared)}) {o['failure']}" for o in failed]
+    return f"{len(failed)} of {len(outcomes)} jobs failed: " + "; ".join(named)
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
+
+
+class SweepRecord(Callback):
+    """A multirun, recorded whole. It becomes one MLflow parent run; every job's run is tagged as its
+    child (`mlflow.parentRunId`, set in train.py), so the MLflow UI nests the trials under the sweep
+    and its compare view lines them up. Created once, in the launching process, before any job starts
+    (also when a launcher sends the jobs elsewhere, e.g. SLURM: they read the id from the sweep folder).
+
+    Every job runs, whatever the others did. Hydra's sweepers stop at a failed job (the basic one
+    after its batch, Optuna's at once) and then skip on_multirun_end, which would leave the parent
+    RUNNING and end the command in Hydra's traceback. So a failed job is recorded here (JOB_OUTCOME
+    in its folder; its MLflow run FAILED, made now if the job failed before it had one, with the
+    one-line reason in the tag `failure`) and handed back to the sweeper as a finished job worth NaN,
+    which Optuna's sweeper records as a failed trial. At the sweep's end the parent run ends FINISHED,
+    or FAILED with the failures counted (metrics jobs_total and jobs_failed, tag failed_jobs), and the
+    command exits 2 if a job failed by the user's error, 1 if one raised anything else."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if not (config.get("logger") and "mlflow" in config.logger and config.get("paths")):
             return
-        if int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0))):
+        if _rank():
             return  # every process of a torchrun-started sweep runs this; one parent, from rank 0
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        # should the sweep stop before on_multirun_end (a sweeper's own error, Ctrl-C), the parent
+        # still ends, FAILED, with the jobs counted so far
+        atexit.register(self._end_parent, sweep_dir, ended_early=True)
         # Several workers of one sweep (parallel Optuna workers sharing a study, each started on
         # its own) share the sweep folder and so one parent run: the first to claim the folder
         # creates it, the others wait for its id.
@@ -67,14 +125,56 @@ class MLflowSweepParent(Callback):
                                    "the claim file or use a new hydra.sweep.dir")
             time.sleep(0.2)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        path = Path(config.hydra.sweep.dir, SWEEP_PARENT)
-        if path.is_file():
-            from mlflow import MlflowClient
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if config.hydra.mode != RunMode.MULTIRUN:
+            return  # a single run's failure is the command's own
+        error = job_error(job_return)
+        reason, user_error = one_line_reason(error) if error else (None, True)
+        if error is not None:
+            if not user_error:  # Hydra kept the exception quietly; a bug's traceback is for the console and the job's log
+                log.error("job %s failed", config.hydra.job.num, exc_info=error)
+            job_return.status, job_return.return_value = JobStatus.COMPLETED, float("nan")
+        if _rank():
+            return  # the processes of a torchrun-started sweep run every job together; rank 0 records it
+        output_dir = Path(config.hydra.runtime.output_dir)
+        atomic_write_json(output_dir / JOB_OUTCOME, {"job": int(config.hydra.job.num), "failure": reason,
+                                                     "user_error": user_error, "overrides": list(job_return.overrides)})
+        if error is not None and config.get("logger") and "mlflow" in config.logger:
+            from transformer_lab import tracking
 
-            reference = json.loads(path.read_text())
-            # with parallel workers the first to finish marks it; the others' children still log
-            MlflowClient(reference["tracking_uri"]).set_terminated(reference["run_id"])
+            tracking.record_failed_job(config, output_dir, list(job_return.overrides),
+                                       sweep_parent_run_id(config.hydra.sweep.dir), reason)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        atexit.unregister(self._end_parent)
+        outcomes = job_outcomes(sweep_dir)
+        self._end_parent(sweep_dir)
+        failed = [outcome for outcome in outcomes if outcome["failure"]]
+        if failed:
+            print(f"error: {failures_line(outcomes)}", file=sys.stderr, flush=True)
+            sys.exit(2 if all(outcome["user_error"] for outcome in failed) else 1)
+
+    @staticmethod
+    def _end_parent(sweep_dir: Path, ended_early: bool = False) -> None:
+        """The parent run ends with its jobs counted; with parallel workers each worker that ends
+        counts again, the last with every job."""
+        path = sweep_dir / SWEEP_PARENT
+        if _rank() or not path.is_file():
+            return
+        from mlflow import MlflowClient
+
+        reference = json.loads(path.read_text())
+        client, run_id = MlflowClient(reference["tracking_uri"]), reference["run_id"]
+        outcomes = job_outcomes(sweep_dir)
+        failed = [outcome for outcome in outcomes if outcome["failure"]]
+        client.log_metric(run_id, "jobs_total", len(outcomes))
+        client.log_metric(run_id, "jobs_failed", len(failed))
+        if failed:
+            client.set_tag(run_id, "failed_jobs", failures_line(outcomes)[:5000])
+        if ended_early:
+            client.set_tag(run_id, "ended_early", "the sweep stopped before its last job (see the command's output)")
+        client.set_terminated(run_id, "FAILED" if failed or ended_early else "FINISHED")
 
 
 class DistributedJobReset(Callback):

@@ -87,7 +87,7 @@ def hydra_overrides() -> list[str]:
 
 
 def sweep_parent() -> str | None:
-    """In a multirun, the MLflow run of the whole sweep (see hydra_callbacks.MLflowSweepParent)."""
+    """In a multirun, the MLflow run of the whole sweep (see hydra_callbacks.SweepRecord)."""
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return None
     return sweep_parent_run_id(HydraConfig.get().sweep.dir)
@@ -333,6 +333,37 @@ def log_pipeline_model(logger: MLFlowLogger, checkpoint: str | Path, register_as
                   f"{'is' if registered.champion else 'is not'} {serving.CHAMPION}: {registered.reason} "
                   f"(models:/{name}@{serving.CHAMPION})")
     return uri
+
+
+FAILURE_TAG = "failure"  # a failed sweep job's run: the one-line reason
+
+
+def record_failed_job(cfg: DictConfig, output_dir: str | Path, overrides: list[str], parent_run_id: str | None,
+                      reason: str) -> str:
+    """A sweep job that failed ends as a FAILED MLflow run whose tag `failure` holds the one-line
+    reason: the job's own run if it got as far as creating one, else a run created now, named and
+    nested under the sweep as its run would have been, its overrides as params (what sets it apart
+    in the compare view). Returns the run's id."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Param
+
+    entry = cfg.logger.mlflow
+    client = MlflowClient(entry.tracking_uri)
+    reference = read_run_reference(Path(output_dir) / RUN_REFERENCE)
+    if reference:
+        run_id = reference["run_id"]
+    else:
+        experiment = experiment_id(client, entry.experiment_name, cfg.paths.tracking_dir)
+        tags = {"hydra_overrides": " ".join(overrides) or "(none)", "task_name": cfg.task_name}
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        name = entry.get("run_name") or run_name(cfg.task_name, overrides)
+        run_id = client.create_run(experiment, run_name=name, tags=tags).info.run_id
+        params = [override.lstrip("+~").partition("=") for override in overrides]
+        client.log_batch(run_id, params=[Param(key, value) for key, equals, value in params if equals])
+    client.set_tag(run_id, FAILURE_TAG, reason[:5000])
+    client.set_terminated(run_id, "FAILED")
+    return run_id
 
 
 def write_run_reference(path: str | Path, logger: MLFlowLogger) -> None:
