@@ -209,3 +209,17 @@ def test_a_directory_where_a_file_is_expected_is_named_a_directory(tmp_path, cas
         read(folder)
     with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path / 'absent.txt'))}: .*not found"):
         read(tmp_path / "absent.txt")
+
+
+def test_an_image_folder_of_one_class_says_so(tmp_path, offline_hub):  # offline_hub: listed afresh, not cached
+    import numpy as np
+    from PIL import Image
+
+    from transformer_lab.data.images import prepare
+
+    (tmp_path / "images" / "cat").mkdir(parents=True)
+    for i in range(4):
+        Image.fromarray(np.full((8, 8), 40 * i, dtype=np.uint8)).save(tmp_path / "images" / "cat" / f"{i}.png")
+    with pytest.raises(DataError, match=rf"^{re.escape(str(tmp_path / 'images'))}: the image folder has one class "
+                                        r"\('cat'\): a classifier needs at least 2$"):
+        prepare("local", str(tmp_path / "out"), local_dir=str(tmp_path / "images"))

@@ -20,11 +20,10 @@ def require_file(path: str | Path, expected: str, missing: str = "file not found
     return path
 
 
-def require_two_classes(source: str, target: str, classes) -> None:
-    """A classifier's target must have at least two classes; one is named, with the column."""
+def require_two_classes(source: str, what: str, classes) -> None:
+    """A classifier needs two classes or more: `what` (e.g. "target column 'y'") with one names it."""
     classes = sorted(map(str, classes))
     if len(classes) == 1:
-        raise DataError(f"{source}: target column {target!r} has one class ({classes[0]!r}): "
-                        "a classifier needs at least 2")
+        raise DataError(f"{source}: {what} has one class ({classes[0]!r}): a classifier needs at least 2")
     if not classes:
-        raise DataError(f"{source}: target column {target!r} has no values: a classifier needs at least 2 classes")
+        raise DataError(f"{source}: {what} has no classes: a classifier needs at least 2")

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from transformer_lab.data.checks import require_two_classes
 from transformer_lab.data.hub import load_hub_dataset
 from transformer_lab.data.preprocessing import Preprocessor
 from transformer_lab.errors import DataError
@@ -75,6 +76,10 @@ def local_images(directory: str | Path) -> tuple[np.ndarray, np.ndarray, list[st
     finally:
         if bars_were_on:
             datasets.enable_progress_bars()
+    if "label" not in listing.features:  # imagefolder labels the images only under two or more class folders
+        folders = [p.name for p in directory.iterdir() if p.is_dir()]
+        require_two_classes(str(directory), "the image folder", folders)
+        raise DataError(f"{directory}: images without class folders (expected <dir>/<class>/<image>)")
     listing = listing.cast_column("image", datasets.Image(decode=False))
     classes = listing.features["label"].names
     arrays, labels, names = [], [], []

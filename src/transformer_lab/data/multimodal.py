@@ -241,7 +241,7 @@ def prepare(source: str, output_dir: str, schema: str | None = None, local_path:
         raise DataError(f"data.source={source!r}; expected builtin, local or hub")
 
     counts = rows[LABEL].value_counts()
-    require_two_classes(origin, table_schema.target, counts.index)
+    require_two_classes(origin, f"target column {table_schema.target!r}", counts.index)
     rare = sorted(counts[counts < max(min_class_rows, 2)].index)
     rows = rows[~rows[LABEL].isin(rare)].reset_index(drop=True)
     if max_rows and len(rows) > max_rows:

@@ -335,7 +335,7 @@ def prepare(source: str, output_dir: str, schema: str, local_path: str | None = 
     inferred schema (None = the last column)."""
     table, table_schema, origin, reasons = load_source(source, schema, local_path, hub_id, target=target)
     classes = class_names(table, table_schema)
-    require_two_classes(origin, table_schema.target, classes)
+    require_two_classes(origin, f"target column {table_schema.target!r}", classes)
     labels = table[LABEL].to_numpy()
     counts = pd.Series(labels).value_counts()
     if counts.min() < 2:
