@@ -1,4 +1,4 @@
-"""The Hydra config tree: every option composes, bad overrides fail before any work, sweeps run."""
+"""The Hydra config tree: every option composes and instantiates, sweeps run (bad overrides: test_trust.py)."""
 
 import os
 
@@ -84,17 +84,6 @@ def test_tracking_uri_comes_from_the_environment(tmp_path, monkeypatch):
     assert cfg.logger.mlflow.tracking_uri == f"sqlite:///{tmp_path}/project/mlflow.db"
     assert cfg.logger.mlflow.artifact_location == (tmp_path / "project" / "mlruns" / "atis").as_uri()
     assert cfg.paths.data_dir == f"{cfg.paths.root_dir}/data"  # the data are the copy's own
-
-
-@pytest.mark.parametrize("override, message", [
-    ("model.n_headz=2", "Could not override 'model.n_headz'"),
-    ("trainer=tpu_pod", "Could not find 'trainer/tpu_pod'"),
-])
-def test_bad_override_fails_fast_with_hydras_message(tmp_path, override, message):
-    result = run([PYTHON, ROOT / "pipelines" / "train.py", override, f"hydra.run.dir={tmp_path}"])
-    assert result.returncode == 1
-    assert message in result.stderr
-    assert not (tmp_path / "checkpoints").exists()
 
 
 def test_help_lists_groups_and_examples():

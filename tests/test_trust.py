@@ -226,3 +226,132 @@ def test_resume_arguments_are_the_runs_own_with_the_command_line_on_top(tmp_path
     for unchanged in ([f"hydra.run.dir={tmp_path / 'run'}"], ["ckpt_path=last"],  # a new run; no run folder
                       [f"hydra.run.dir={tmp_path / 'new'}", "ckpt_path=last"]):  # a folder with no record
         assert resume_run_arguments(unchanged) == unchanged
+
+
+HEAVY_MODULES = {"torch", "lightning", "mlflow", "transformers", "pandas"}
+ENTRY_POINTS = sorted(p.name for p in (ROOT / "pipelines").glob("[!_]*.py"))
+
+
+def refused(args: list, env: dict | None = None) -> tuple[str, set[str]]:
+    """A call the project must refuse: its one `error:` line (exit code 2) and the heavy modules it
+    imported before answering, read from `python -X importtime`."""
+    result = run([PYTHON, "-X", "importtime", *args], env=env)
+    lines = result.stderr.splitlines()
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    result.stderr = "\n".join(line for line in lines if not line.startswith("import time:"))
+    return assert_one_line_error(result), imported & HEAVY_MODULES
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model=nonexistent", "error: In 'train': Could not find 'model/nonexistent'; "
+                          "Available options in 'model': bert, bert_classifier, bert_joint,"),
+    ("trainer=tpu_pod", "error: In 'train': Could not find 'trainer/tpu_pod'; Available options in 'trainer': cpu,"),
+    ("model.n_headz=2", "error: Could not override 'model.n_headz'. To append to your config use +model.n_headz=2; "
+                        "Key 'n_headz' is not in struct"),
+    ("model.n_heads=[1,", "error: cannot parse the override 'model.n_heads=[1,': no viable alternative at input '[1,'"),
+    ("model.n_heads", "error: cannot parse the override 'model.n_heads': missing EQUAL at '<EOF>'"),
+    ("+trainer.max_epochs=3", "error: Could not append to config. An item is already at 'trainer.max_epochs'."),
+])
+def test_a_config_hydra_cannot_compose_is_one_line_and_exit_2_before_torch_loads(tmp_path, override, message):
+    line, heavy = refused([ROOT / "pipelines" / "train.py", override, f"hydra.run.dir={tmp_path}"])
+    assert line.startswith(message), line
+    assert heavy == set()
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("entry_point", ENTRY_POINTS)
+def test_every_entry_point_refuses_an_unknown_key_with_one_line_and_exit_2(entry_point, tmp_path):
+    line, _ = refused([ROOT / "pipelines" / entry_point, "no_such_key=1", f"hydra.run.dir={tmp_path}"])
+    assert line.startswith("error: Could not override 'no_such_key'."), line
+
+
+def test_a_crash_keeps_its_traceback_and_exit_1(tmp_path):
+    """Only the command line's mistakes are one line: a bug in a pipeline, an OmegaConf error its code
+    raises included, still shows where it happened."""
+    app = tmp_path / "app.py"
+    app.write_text(
+        "import hydra\n"
+        "from transformer_lab.utils.cli import pipeline, run\n\n"
+        "@hydra.main(version_base='1.3', config_path=None)\n"
+        "@pipeline\n"
+        "def main(cfg):\n"
+        "    if cfg.crash == 'config_key':\n"
+        "        return cfg.no_such_key\n"
+        "    raise RuntimeError('a bug')\n\n"
+        "run(main)\n")
+    for crash, last_words in (("bug", "RuntimeError: a bug"), ("config_key", "Key 'no_such_key' is not in struct")):
+        result = run([PYTHON, app, f"+crash={crash}", f"hydra.run.dir={tmp_path / crash}"])
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert "Traceback (most recent call last)" in result.stderr and last_words in result.stderr
+    refused_line = assert_one_line_error(run([PYTHON, app, "crash=bug", f"hydra.run.dir={tmp_path / 'no_plus'}"]))
+    assert refused_line == "error: Could not override 'crash'. To append to your config use +crash=bug; " \
+                           "Key 'crash' is not in struct"
+    asked_for_tracebacks = run([PYTHON, app, "crash=bug", f"hydra.run.dir={tmp_path / 'no_plus'}"],
+                               env={"HYDRA_FULL_ERROR": "1"})
+    assert asked_for_tracebacks.returncode == 1 and "Traceback (most recent call last)" in asked_for_tracebacks.stderr
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trainer.max_epochs=-1", "trainer.max_epochs=-1: training without an end, which the learning-rate schedules "
+                              "cannot size; give a number of epochs, or +trainer.max_steps=N"),
+    ("trainer.max_epochs=-2", "trainer.max_epochs=-2: expected a number of epochs, 0 or more"),
+    ("trainer.max_epochs=abc", "trainer.max_epochs='abc': expected an integer or null"),
+    ("+trainer.max_steps=-2", "trainer.max_steps=-2: expected a number of steps, or -1 for no limit"),
+    ("data.datamodule.batch_size=0", "data.datamodule.batch_size=0: expected 1 or more examples a batch"),
+    ("data.datamodule.eval_batch_size=-8", "data.datamodule.eval_batch_size=-8: expected 1 or more examples a batch"),
+    ("trainer.devices=0", "trainer.devices=0: expected 1 or more, -1 (all of them) or auto"),
+    ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0: expected 1 or more batches a step"),
+])
+def test_settings_training_would_crash_on_are_one_line_before_data_is_read(tmp_path, override, message):
+    from transformer_lab.train import train
+
+    unprepared = f"data.prepared_dir={tmp_path / 'unprepared'}"  # reading the data would fail: the check comes first
+    with pytest.raises(TransformerLabError) as refusal:
+        train(compose_config("train", ["logger=none", unprepared, override], tmp_path / "python"))
+    assert str(refusal.value) == message
+    line, heavy = refused([ROOT / "pipelines" / "train.py", "logger=none", unprepared, override,
+                           f"hydra.run.dir={tmp_path / 'cli'}"])
+    assert line == f"error: {message}"
+    assert heavy == set()
+
+
+def test_bounded_settings_pass_the_checks(tmp_path):
+    from transformer_lab.families import check_config
+
+    for overrides in (["trainer.max_epochs=-1", "+trainer.max_steps=100"], ["trainer.max_epochs=0"],
+                      ["trainer.max_epochs=null"], ["trainer.devices=-1"], ["trainer.devices=auto"],
+                      ["experiment=tab_transformer"]):  # batch_size=auto
+        check_config(compose_config("train", overrides, tmp_path))
+
+
+def test_a_gpu_trainer_on_a_machine_without_one_names_the_cpu_trainers(tmp_path, monkeypatch):
+    from transformer_lab.families import check_config
+    from transformer_lab.utils import validate
+
+    line, heavy = refused([ROOT / "pipelines" / "train.py", "trainer=ddp", "logger=none",
+                           f"data.prepared_dir={tmp_path / 'unprepared'}", f"hydra.run.dir={tmp_path / 'cli'}"],
+                          env={"CUDA_VISIBLE_DEVICES": ""})
+    assert line == ("error: trainer.accelerator=gpu (trainer=ddp): this machine has no GPU; on its CPUs, "
+                    "trainer=ddp_cpu (data parallel, 2 processes) or trainer=cpu")
+    assert "lightning" not in heavy  # the GPU count needs torch, nothing more
+
+    monkeypatch.setattr(validate, "gpu_count", lambda accelerator: 1)
+    with pytest.raises(TransformerLabError, match=r"^trainer.devices=2 \(trainer=gpu\): this machine has 1 GPU$"):
+        check_config(compose_config("train", ["trainer=gpu", "trainer.devices=2"], tmp_path))
+    for trainer in ("gpu", "ddp", "fsdp"):  # devices: 1 or auto
+        check_config(compose_config("train", [f"trainer={trainer}"], tmp_path))
+
+
+@pytest.mark.parametrize("data, override, message", [
+    ("atis_local", "data.local_dir={missing}", "{missing}: not found (data.local_dir, read with data.source=local)"),
+    ("corpus", "data.local_paths=[{missing}]", "{missing}: not found (data.local_paths, read with data.source=local)"),
+    ("images", "data.local_dir=null", "data.local_dir is required with data.source=local: pass data.local_dir=PATH"),
+])
+def test_prepare_refuses_a_missing_input_before_torch_loads(tmp_path, data, override, message):
+    missing = tmp_path / "nowhere"
+    line, heavy = refused([ROOT / "pipelines" / "prepare.py", f"data={data}", "data.source=local",
+                           override.format(missing=missing), f"data.prepared_dir={tmp_path / 'out'}",
+                           f"hydra.run.dir={tmp_path / 'run'}"])
+    assert line == f"error: {message.format(missing=missing)}"
+    assert heavy == set()
+    assert not (tmp_path / "out").exists()

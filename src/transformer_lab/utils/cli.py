@@ -11,7 +11,8 @@ import warnings
 from pathlib import Path
 
 import yaml
-from omegaconf.errors import MissingMandatoryValue
+from hydra.errors import OverrideParseException
+from omegaconf.errors import MissingMandatoryValue, OmegaConfBaseException
 
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.utils.resolvers import register_resolvers
@@ -67,19 +68,23 @@ def pipeline(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except MissingMandatoryValue as err:
-            print(f"error: {err.full_key} is required: pass {err.full_key}=VALUE", file=sys.stderr, flush=True)
-            sys.exit(2)
-        except Exception as err:
-            cause = _user_error(err)
-            if cause is None:
-                raise
-            print(f"error: {cause}", file=sys.stderr, flush=True)
-            sys.exit(2)
+        return _run_task(fn, args, kwargs)
 
     return wrapper
+
+
+def _run_task(fn, args, kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except MissingMandatoryValue as err:
+        print(f"error: {err.full_key} is required: pass {err.full_key}=VALUE", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except Exception as err:
+        cause = _user_error(err)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 def rename_overrides(argv: list[str], names: dict[str, str]) -> list[str]:
@@ -95,11 +100,24 @@ def rename_overrides(argv: list[str], names: dict[str, str]) -> list[str]:
 
 
 def run(main) -> None:
-    """Run an entry point's `main`. Under `dvc repro` (which deletes a stage's outputs before its
-    command runs), a stage that fails for any reason, a config Hydra rejects included, gets the
-    outputs of its last successful run back from the DVC cache."""
+    """Run an entry point's `main`: a config Hydra cannot compose (an unknown key or option, an
+    override it cannot parse) is one line and exit code 2, like every other mistake on the command
+    line; a crash keeps its traceback and exit code 1. Under `dvc repro` (which deletes a stage's
+    outputs before its command runs), a stage that fails for any reason gets the outputs of its
+    last successful run back from the DVC cache."""
+    # Hydra prints what it cannot compose over several lines and exits 1; told to raise it instead, it
+    # leaves the report to us. Whoever set HYDRA_FULL_ERROR asked for Hydra's whole tracebacks.
+    hydra_tracebacks = bool(os.environ.get("HYDRA_FULL_ERROR"))
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
-        main()
+        try:
+            main()
+        except Exception as err:
+            line = _refusal_line(err, composition_errors=not hydra_tracebacks)
+            if line is None:
+                raise
+            print(f"error: {line}", file=sys.stderr, flush=True)
+            sys.exit(2)
     except BaseException as err:
         stage = os.environ.get("DVC_STAGE")
         if stage and not (isinstance(err, SystemExit) and not err.code):
@@ -109,6 +127,71 @@ def run(main) -> None:
                 print(f"{stage}: failed; its previous outputs are back in place (from the DVC cache)",
                       file=sys.stderr)
         raise
+
+
+def _refusal_line(err: Exception, composition_errors: bool = True) -> str | None:
+    """One line for a mistake in the command line or the config; None for a crash."""
+    user_error = _user_error(err)
+    if user_error is not None:
+        return str(user_error)
+    if not composition_errors or _raised_in_task(err) or not _raised_by(err, ("hydra.", "omegaconf.")):
+        return None  # out of the project's code (a Hydra or OmegaConf error in a task is its code's): a crash
+    if isinstance(err, OverrideParseException):
+        detail = _one_line(err, skip=("Error parsing override",))
+        return f"cannot parse the override {err.override!r}: {detail}"
+    line = _one_line(err)
+    if isinstance(err.__cause__, OmegaConfBaseException):  # what Hydra prints below its own message
+        line = _joined([line, _one_line(err.__cause__)])
+    return line
+
+
+def _raised_in_task(err: BaseException) -> bool:
+    """Whether `err` came out of an entry point's task function (the @pipeline one) rather than out of
+    Hydra composing its config: a frame of _run_task is on its traceback."""
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is _run_task.__code__:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _raised_by(err: BaseException, packages: tuple[str, ...]) -> bool:
+    """Whether the innermost frame of `err`'s traceback runs code of one of `packages`."""
+    tb = err.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_globals.get("__name__", "").startswith(packages)
+
+
+def _one_line(err: BaseException, skip: tuple[str, ...] = ()) -> str:
+    """Hydra's or OmegaConf's message on one line: its sentences, the indented list below a line that
+    announces it ("Available options in 'model':") after that line; without the config search path,
+    the link to Hydra's docs and the indented details (full_key, object_type)."""
+    parts, listing = [], False
+    for line in str(err).splitlines():
+        if line.startswith(("Config search path", "See https://hydra.cc")):
+            break
+        if line[:1].isspace():
+            if listing:
+                parts[-1] += (" " if parts[-1].endswith(":") else ", ") + line.strip()
+            continue
+        listing = False
+        if line.strip() and not line.startswith(skip):
+            parts.append(line.strip())
+            listing = line.endswith(":")
+    return _joined(parts)
+
+
+def _joined(sentences: list[str]) -> str:
+    """Sentences on one line: after a full stop a space, else a semicolon (a line that ends with an
+    override must not gain a full stop that would be copied with it)."""
+    text = ""
+    for sentence in sentences:
+        text += sentence if not text else (" " if text.endswith((".", "!", "?")) else "; ") + sentence
+    return text
 
 
 def _user_error(err: BaseException | None) -> TransformerLabError | None:
