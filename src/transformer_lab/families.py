@@ -13,6 +13,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.utils.resolvers import register_resolver
+from transformer_lab.utils.validate import check_batch_sizes, check_trainer
 
 Mode = Literal["min", "max"]
 
@@ -164,13 +165,16 @@ def metric_mode(name: str) -> Mode:
 
 
 def check_config(cfg) -> Family:
-    """The family a training config trains: its model, task and data must belong to one, and the
-    metric it is selected on must be one of its own; else one line, before anything is built."""
+    """The family a training config trains: its model, task and data must belong to one, the metric it
+    is selected on must be one of its own, and its batch sizes and trainer settings must be ones training
+    can run with (utils/validate.py); else one line, before anything is built or any data is read."""
     from hydra.core.hydra_config import HydraConfig
 
     choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
     family = check_combination(cfg.task._target_, cfg.model._target_, cfg.data.datamodule._target_, choices)
     family.metric(cfg.optimized_metric)
+    check_batch_sizes(cfg.data.datamodule)
+    check_trainer(cfg.trainer, choices.get("trainer"))  # last: a GPU trainer's check imports torch
     return family
 
 

@@ -1,13 +1,15 @@
-"""Config values checked at the edge: a wrong type is one line naming the key, before anything is built."""
+"""Config values checked at the edge: a wrong type or a value out of range is one line naming the key,
+before anything is built or any data is read."""
 
 from __future__ import annotations
 
 import dataclasses
 import types
 import typing
+from pathlib import Path
 
 from hydra.utils import get_object
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
 
@@ -61,3 +63,79 @@ def check_types(node: DictConfig, where: str) -> None:
         if isinstance(value, DictConfig) or OmegaConf.is_list(value):
             continue
         check_value(f"{where}.{key}", value, hints[key])
+
+
+def check_trainer(trainer: DictConfig, choice: str | None = None) -> None:
+    """The trainer's settings that Lightning, or the tasks' learning-rate schedules, would fail on only
+    once the data is read. `choice`: the conf/trainer/ option, to name it. A GPU accelerator is checked
+    against the machine, which imports torch (not Lightning)."""
+    max_epochs, max_steps = trainer.get("max_epochs"), trainer.get("max_steps", -1)
+    check_value("trainer.max_epochs", max_epochs, int | None)
+    check_value("trainer.max_steps", max_steps, int)
+    if max_epochs is not None and max_epochs < -1:
+        raise TransformerLabError(f"trainer.max_epochs={max_epochs}: expected a number of epochs, 0 or more")
+    if max_steps < -1:
+        raise TransformerLabError(f"trainer.max_steps={max_steps}: expected a number of steps, or -1 for no limit")
+    # Lightning reads max_epochs -1 (or null beside a max_time) as no limit; the tasks size their schedules
+    # by trainer.estimated_stepping_batches, which is then infinite unless max_steps bounds it (OverflowError).
+    if (max_epochs == -1 or (max_epochs is None and trainer.get("max_time"))) and max_steps == -1:
+        steps = "trainer.max_steps" if "max_steps" in trainer else "+trainer.max_steps"
+        raise TransformerLabError(f"trainer.max_epochs={'null' if max_epochs is None else max_epochs}: training "
+                                  "without an end, which the learning-rate schedules cannot size; give a number "
+                                  f"of epochs, or {steps}=N")
+    accumulate = trainer.get("accumulate_grad_batches", 1)
+    check_value("trainer.accumulate_grad_batches", accumulate, int)
+    if accumulate < 1:
+        raise TransformerLabError(f"trainer.accumulate_grad_batches={accumulate}: expected 1 or more batches a step")
+    devices = trainer.get("devices", "auto")
+    if _accepts(int, devices) and (devices == 0 or devices < -1):
+        raise TransformerLabError(f"trainer.devices={devices}: expected 1 or more, -1 (all of them) or auto")
+    accelerator = trainer.get("accelerator")
+    if accelerator in ("gpu", "cuda", "mps"):
+        _check_gpus(accelerator, devices, f" (trainer={choice})" if choice else "")
+
+
+def gpu_count(accelerator: str) -> int:
+    """The devices of `accelerator` this machine has; "gpu" is CUDA's, else Apple's one MPS device, as in
+    Lightning. Imports torch: call it only for a config that asks for a GPU."""
+    import torch
+
+    cuda, mps = torch.cuda.device_count(), int(torch.backends.mps.is_available())  # neither initialises CUDA
+    return {"cuda": cuda, "mps": mps}.get(accelerator, cuda or mps)
+
+
+def _check_gpus(accelerator: str, devices, chosen: str) -> None:
+    available = gpu_count(accelerator)
+    if available == 0:
+        raise TransformerLabError(f"trainer.accelerator={accelerator}{chosen}: this machine has no GPU; on its CPUs, "
+                                  "trainer=ddp_cpu (data parallel, 2 processes) or trainer=cpu")
+    if _accepts(int, devices) and devices > available:
+        raise TransformerLabError(f"trainer.devices={devices}{chosen}: this machine has {available} "
+                                  f"GPU{'s' if available > 1 else ''}")
+
+
+def check_batch_sizes(datamodule: DictConfig, where: str = "data.datamodule") -> None:
+    """Every `*batch_size` of a datamodule that is a number is 1 or more (a word such as `auto` is the
+    datamodule's to read, its type check_types')."""
+    for key in datamodule:
+        if str(key).endswith("batch_size") and not OmegaConf.is_missing(datamodule, key):
+            value = datamodule[key]
+            if _accepts(int, value) and value < 1:
+                raise TransformerLabError(f"{where}.{key}={value}: expected 1 or more examples a batch")
+
+
+def check_local_inputs(data: DictConfig) -> None:
+    """With `data.source=local`, the `data.local_*` settings name what is read (a path, or a list or a
+    mapping of paths, an entry of which may be null): each must exist. One line naming the path before
+    the preparation imports its readers."""
+    if data.get("source") != "local":
+        return
+    for key in [k for k in data if str(k).startswith("local_")]:
+        value = data[key]
+        paths = list(value.values()) if isinstance(value, DictConfig) else list(value) \
+            if isinstance(value, ListConfig) else [value]
+        if not [path for path in paths if path not in (None, "")]:
+            raise TransformerLabError(f"data.{key} is required with data.source=local: pass data.{key}=PATH")
+        for path in paths:
+            if path not in (None, "") and not Path(path).exists():
+                raise TransformerLabError(f"{path}: not found (data.{key}, read with data.source=local)")
