@@ -77,6 +77,42 @@ def test_token_classification_gives_entities_with_character_offsets(models):
         assert result["intent"] == expected["intent"] and result["tags"] == expected["slots"]
 
 
+def long_utterance(n_words: int) -> list[str]:
+    return (" ".join(TEXTS[:2]).split() * n_words)[:n_words]
+
+
+def test_atis_taggers_tag_every_word_of_a_long_utterance_in_windows(models):
+    words = long_utterance(300)
+    for name, window in (("atis", 15), ("bert_atis", 30)):  # max_len less [CLS] (and BERT's [SEP])
+        path, task = models[name]
+        if name == "bert_atis":  # one piece a word: a window holds `window` words
+            assert all(len(task.preprocessor.encode_words([word])[1]) == 1 for word in set(words))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing is cut, so nothing to warn about
+            result = pipeline(model=str(path))(" ".join(words))
+        assert result["words"] == words and len(result["tags"]) == 300
+        assert result["intent"] in task.preprocessor.intent_labels
+        # the first and the last words are read by one window each: the first words, the last words
+        assert result["tags"][0] == task.predict([words[:window]])[0]["slots"][0]
+        assert result["tags"][-1] == task.predict([words[-window:]])[0]["slots"][-1]
+
+
+def test_word_windows_cover_every_word_within_the_budget():
+    from transformer_lab.tasks.joint_intent_slot import best_window_of_each_word, word_windows
+
+    assert word_windows([1] * 5, 15) == [(0, 5)]
+    costs = [1, 3, 1, 1, 2, 1, 1, 1, 4, 1, 1, 2, 1, 1, 1, 1, 1, 9, 1]  # 9: a word longer than the budget
+    windows = word_windows(costs, 8)
+    assert windows[0][0] == 0 and windows[-1][1] == len(costs)
+    for start, end in windows:
+        assert sum(costs[start:end]) <= 8 or end - start == 1
+    for before, after in zip(windows, windows[1:]):
+        assert before[0] < after[0] <= before[1]  # no word skipped, never going back
+    chosen = best_window_of_each_word(windows, len(costs))
+    assert all(windows[w][0] <= i < windows[w][1] for i, w in enumerate(chosen))
+    assert word_windows([1] * 30, 15)[-1] == (15, 30)  # the last window reaches back to the budget
+
+
 def test_entities_join_bio_runs():
     text = "John Smith flew to New York ."
     words = [("John", 0, 4), ("Smith", 5, 10), ("flew", 11, 15), ("to", 16, 18), ("New", 19, 22), ("York", 23, 27),
@@ -406,3 +442,17 @@ def test_a_prompt_with_a_comma_or_an_emoji_generates_from_the_command_line(model
                       f"prompt={prompt}", "max_new_tokens=3", "strategy=greedy", f"hydra.run.dir={tmp_path}"])
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.startswith(f"--- sample 0 ---\n{prompt}")
+
+
+@pytest.mark.slow  # a command-line process
+def test_a_long_atis_utterance_is_tagged_from_the_command_line(models, tmp_path):
+    import json
+
+    from conftest import PYTHON, ROOT, run
+
+    words = long_utterance(300)
+    result = run([PYTHON, ROOT / "pipelines" / "predict.py", f"model={models['atis'][0]}", f"text={' '.join(words)}",
+                  f"hydra.run.dir={tmp_path}"])
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    printed = json.loads(result.stdout)
+    assert printed["words"] == words and len(printed["tags"]) == 300

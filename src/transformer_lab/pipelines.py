@@ -397,18 +397,15 @@ def ranked(probabilities: torch.Tensor, labels: list[str], top_k: int | None) ->
 
 class TokenClassificationPipeline(Pipeline):
     """text -> {"entities": [{"entity_group", "score", "word", "start", "end"}], "words", "tags"}, and
-    "intent" for the ATIS taggers (intent + slots)."""
+    "intent" for the ATIS taggers (intent + slots), which tag every word of a long text in
+    overlapping windows (JointIntentSlotTask.predict)."""
 
     task_name = "token-classification"
 
     def run(self, inputs, batch_size: int = 64):
         texts = [check_text(text) for text in inputs]
         tokenizer = self.model.preprocessor.tokenizer if self.loaded.family == "token_classification" else None
-        words = [split_words(text, tokenizer) for text in texts]
-        max_words = getattr(self.model.model.config, "max_len", None) if tokenizer is None else None  # ATIS taggers
-        for row in words:
-            if max_words and len(row) > max_words - 1:
-                warnings.warn(f"{len(row)} words; the model tags the first {max_words - 1}", stacklevel=3)
+        words = [split_words(text, tokenizer) for text in texts]  # the ATIS taggers read long ones in windows
         # characters: a length that costs nothing and follows the count of word pieces
         return by_length(lambda batch: self.tag(batch, batch_size), list(zip(texts, words)),
                          [len(text) for text in texts], batch_size)

@@ -246,10 +246,10 @@ class AtisPreprocessor(Preprocessor):
                  for words in utterances]  # placeholder labels: collate pads them, the model never reads them
         return collate(items, self.pad_id)
 
-    def decode(self, intent_id: int, slot_ids: list[int], n_words: int) -> dict:
-        """{"intent", "slots"} from predicted ids; an UNK slot reads as O."""
+    def decode_slots(self, slot_ids: list[int], n_words: int) -> list[str]:
+        """The tags of the first n_words predicted slot ids; an UNK slot reads as O."""
         tags = [self.slot_labels[i] for i in slot_ids[:n_words]]
-        return {"intent": self.intent_labels[intent_id], "slots": ["O" if t == UNK_LABEL else t for t in tags]}
+        return ["O" if t == UNK_LABEL else t for t in tags]
 
 
 def collate(batch: list[dict], pad_id: int = 0) -> dict[str, torch.Tensor]:

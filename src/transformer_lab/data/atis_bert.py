@@ -22,15 +22,22 @@ from transformer_lab.data.bert import BertTokenizerPreprocessor, pad_batch
 from transformer_lab.data.tokenizers import load_tokenizer
 
 
+def word_pieces(tokenizer: Tokenizer, word: str, specials: dict[str, int]) -> list[int]:
+    return tokenizer.encode(word, add_special_tokens=False).ids or [specials["unk"]]
+
+
 def encode_words(tokenizer: Tokenizer, words: list[str], specials: dict[str, int],
                  max_len: int = 512) -> tuple[list[int], list[int]]:
     """[CLS] pieces... [SEP] and the position of each word's first piece (words whose pieces
-    would pass max_len are cut, as the whole utterance would not fit)."""
+    would pass max_len are cut, as the whole utterance would not fit; a first word longer than
+    that alone keeps its first pieces)."""
     ids, first = [specials["cls"]], []
     for word in words:
-        pieces = tokenizer.encode(word, add_special_tokens=False).ids or [specials["unk"]]
+        pieces = word_pieces(tokenizer, word, specials)
         if len(ids) + len(pieces) > max_len - 1:
-            break
+            if first:
+                break
+            pieces = pieces[:max_len - 2]
         first.append(len(ids))
         ids += pieces
     return ids + [specials["sep"]], first
@@ -61,6 +68,11 @@ class AtisBertPreprocessor(BertTokenizerPreprocessor):
     def encode_words(self, words: list[str]) -> tuple[list[int], list[int]]:
         words = [w.lower() for w in words] if self.lowercase else words
         return encode_words(self.tokenizer, words, self.specials, self.max_len)
+
+    def piece_counts(self, words: list[str]) -> list[int]:
+        """How many pieces each word becomes (encode_words's), what a window of words costs."""
+        words = [w.lower() for w in words] if self.lowercase else words
+        return [len(word_pieces(self.tokenizer, word, self.specials)) for word in words]
 
     def encode(self, example: dict) -> dict:
         ids, first = self.encode_words(example["words"])

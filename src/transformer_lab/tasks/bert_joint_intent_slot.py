@@ -9,12 +9,12 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from transformer_lab.data.atis import UNK_LABEL
 from transformer_lab.data.atis_bert import AtisBertPreprocessor
 from transformer_lab.models.bert import BertForJointIntentSlot, BertJointConfig
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
 from transformer_lab.tasks.pretrained import FrozenBody
-from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
 
@@ -43,18 +43,18 @@ class BertJointIntentSlotTask(FrozenBody, JointIntentSlotTask):
         out = self.model(input_ids, None, attention_mask)
         return replace(out, slot_logits=out.slot_logits[:, 1:])  # slot labels start after [CLS]
 
-    @inference
-    def predict(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
-        """Intent and one slot tag per word (read at the word's first piece), as JointIntentSlotTask.predict."""
-        results = []
-        for start in range(0, len(utterances), batch_size):
-            chunk = utterances[start : start + batch_size]
-            batch, firsts = self.preprocessor.batch(chunk)
-            out = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
-            for first, words, intent_id, slots in zip(firsts, chunk, out.logits.argmax(-1).tolist(),
-                                                      out.slot_logits.argmax(-1).tolist()):
-                tags = [self.preprocessor.slot_labels[slots[position - 1]] for position in first]
-                tags += ["O"] * (len(words) - len(tags))  # words cut by max_len
-                results.append({"intent": self.preprocessor.intent_labels[intent_id],
-                                "slots": ["O" if t == "UNK" else t for t in tags]})
-        return results
+    def window_budget(self) -> int:
+        # word pieces between [CLS] and [SEP], within what the preprocessor and the model read
+        return min(self.preprocessor.max_len, self.model.config.max_len) - 2
+
+    def word_costs(self, words: list[str]) -> list[int]:
+        return self.preprocessor.piece_counts(words)
+
+    def read_windows(self, windows: list[list[str]]) -> tuple[torch.Tensor, list[list[str]]]:
+        """As JointIntentSlotTask.read_windows, each word's tag read at its first piece."""
+        batch, firsts = self.preprocessor.batch(windows)
+        out = self(batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device))
+        labels = self.preprocessor.slot_labels
+        tags = [["O" if labels[slots[position - 1]] == UNK_LABEL else labels[slots[position - 1]] for position in first]
+                for first, slots in zip(firsts, out.slot_logits.argmax(-1).tolist())]
+        return out.logits.softmax(-1), tags

@@ -24,6 +24,39 @@ from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
 
 
+def word_windows(costs: list[int], budget: int) -> list[tuple[int, int]]:
+    """[start, end) windows over an utterance's words, each word costing `costs[i]` positions and
+    a window at most `budget`: the first from the first word, each next one starting halfway
+    through the one before, the last one ending at the last word and reaching back as far as the
+    budget allows. One window when every word fits; a word that alone costs more is a window of
+    its own (its encoder cuts it)."""
+    if not costs:
+        return [(0, 0)]
+    windows, start = [], 0
+    while True:
+        end, used = start, 0
+        while end < len(costs) and used + costs[end] <= budget:
+            used, end = used + costs[end], end + 1
+        end = max(end, start + 1)
+        if end == len(costs):
+            start, used = end - 1, costs[end - 1]  # the last window: back from the last word
+            while start > 0 and used + costs[start - 1] <= budget:
+                start, used = start - 1, used + costs[start - 1]
+            return [*windows, (start, end)]
+        windows.append((start, end))
+        start += max(1, (end - start) // 2)
+
+
+def best_window_of_each_word(windows: list[tuple[int, int]], n_words: int) -> list[int]:
+    """For each word, the window that reads it with the most context on its shorter side (the
+    BERT reference code's rule for a token read by several windows); the earlier one on a tie."""
+    best = []
+    for i in range(n_words):
+        around = [(min(i - start, end - 1 - i), -w) for w, (start, end) in enumerate(windows) if start <= i < end]
+        best.append(-max(around)[1])
+    return best
+
+
 class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
     preprocessor_class = AtisPreprocessor
 
@@ -155,16 +188,39 @@ class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
         scheduler = warmup_cosine(optimizer, total, int(self.hparams.warmup_ratio * total), self.hparams.min_lr_ratio)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def window_budget(self) -> int:
+        return self.model.config.max_len - 1  # positions after [CLS]
+
+    def word_costs(self, words: list[str]) -> list[int]:
+        return [1] * len(words)  # one position a word
+
+    def read_windows(self, windows: list[list[str]]) -> tuple[torch.Tensor, list[list[str]]]:
+        """Each window's intent probabilities (windows, n_intents) and a slot tag per word."""
+        batch = {name: tensor.to(self.device) for name, tensor in self.preprocessor.batch(windows).items()}
+        out = self(**self.model_inputs(batch))
+        slots = self.slot_predictions(out.slot_logits, batch["attention_mask"][:, 1:])
+        return out.logits.softmax(-1), [self.preprocessor.decode_slots(row, len(words))
+                                        for words, row in zip(windows, slots.tolist())]
+
     @inference
     def predict(self, utterances: list[list[str]], batch_size: int = 256) -> list[dict]:
         """Intent and one slot tag per word for each raw utterance (a list of words):
-        [{"intent": str, "slots": [tag per word]}]."""
-        results = []
-        for start in range(0, len(utterances), batch_size):
-            chunk = utterances[start : start + batch_size]
-            batch = {name: tensor.to(self.device) for name, tensor in self.preprocessor.batch(chunk).items()}
-            out = self(**self.model_inputs(batch))
-            slots = self.slot_predictions(out.slot_logits, batch["attention_mask"][:, 1:])
-            for words, intent_id, slot_ids in zip(chunk, out.logits.argmax(-1).tolist(), slots.tolist()):
-                results.append(self.preprocessor.decode(intent_id, slot_ids, len(words)))
+        [{"intent": str, "slots": [tag per word]}]. An utterance longer than the model reads is
+        read whole, in overlapping windows (word_windows): each word tagged by the window that
+        reads it with the most context (best_window_of_each_word), the intent the most probable
+        one on average over the windows. One window, the usual case, is the utterance as it is."""
+        spans = [word_windows(self.word_costs(words), self.window_budget()) for words in utterances]
+        windows = [words[start:end] for words, own in zip(utterances, spans) for start, end in own]
+        intents, tags = [], []
+        for first in range(0, len(windows), batch_size):
+            probabilities, window_tags = self.read_windows(windows[first:first + batch_size])
+            intents += list(probabilities)
+            tags += window_tags
+        results, first = [], 0
+        for words, own in zip(utterances, spans):
+            chosen = best_window_of_each_word(own, len(words))
+            slots = [tags[first + w][i - own[w][0]] for i, w in enumerate(chosen)]
+            intent = torch.stack(intents[first:first + len(own)]).mean(0).argmax().item()
+            results.append({"intent": self.preprocessor.intent_labels[intent], "slots": slots})
+            first += len(own)
         return results
