@@ -53,6 +53,9 @@ def test_training_logs_to_a_tracking_server(mlflow_server, prepared_atis, tmp_pa
     client = MlflowClient(mlflow_server["url"])
     [mlflow_run] = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
     assert mlflow_run.info.run_id == json.loads((out / "mlflow_run.json").read_text())["run_id"]
+    # the summary links to the run's page on that server
+    page = f"{mlflow_server['url']}/#/experiments/{mlflow_run.info.experiment_id}/runs/{mlflow_run.info.run_id}"
+    assert f"  MLflow   {page}" in result.stdout.splitlines()
     assert mlflow_run.data.params["model.d_model"] == "128"
     assert mlflow_run.data.params["trainer.max_epochs"] == "1"
     assert len(client.get_metric_history(mlflow_run.info.run_id, "train/loss_step")) == 4

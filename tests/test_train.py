@@ -245,6 +245,12 @@ def test_a_debug_run_registers_nothing_and_its_summary_names_its_store(tmp_path,
     assert store in link and run_id in link and "make ui" not in link
 
 
+def test_an_unknown_champion_setting_is_refused_before_any_data_is_read(tmp_path, smoke_overrides):
+    with pytest.raises(TransformerLabError, match=r"^tracking.champion='sometimes' is not one of auto, force$"):
+        train_run([*smoke_overrides, "++tracking.champion=sometimes"], tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_run_link_names_the_store_the_run_went_to(tmp_path):
     from transformer_lab.tracking import run_link
 
