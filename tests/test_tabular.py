@@ -298,7 +298,8 @@ def test_a_nan_value_in_a_row_is_pandas_missing_cell_not_a_number(prepared_toy):
 
 @pytest.mark.filterwarnings("error::pandas.errors.PerformanceWarning")
 def test_a_wide_table_is_prepared_trained_on_and_encoded_without_fragmenting_frames(tmp_path):
-    """500 columns: a frame built a column at a time warns (PerformanceWarning) once per column."""
+    """500 columns: a frame built a column at a time warns (PerformanceWarning) for each numeric column past
+    about the hundredth."""
     rng = np.random.default_rng(0)
     rows = 40
     columns = {f"number_{i}": rng.normal(0, 1, rows).round(3).astype(str) for i in range(250)}
@@ -335,3 +336,31 @@ def test_a_directory_given_for_a_file_and_a_one_class_target_say_what_is_wrong(t
     with pytest.raises(DataError, match=r"every class needs at least 2 rows for a stratified split "
                                         r"\(counts: \{'yes': 59, 'no': 1\}\)"):
         prepare("local", str(tmp_path / "p"), str(schema), local_path=str(csv))
+
+
+@pytest.mark.slow  # three CLI processes and a baseline fitted: the full suite's
+def test_a_non_finite_cell_stops_the_prepare_and_predict_commands_with_one_line(tmp_path):
+    from test_trust import assert_one_line_error
+    from transformer_lab.baselines import train_baseline
+    from transformer_lab.utils.config import compose_config
+
+    csv, schema = write_table(tmp_path, rows=120)
+    prepared = tmp_path / "prepared"
+    prepare("local", str(prepared), str(schema), local_path=str(csv))
+    train_baseline(compose_config("train_baseline", ["baseline=logistic_regression", f"data.prepared_dir={prepared}",
+                                                     "logger=none"], tmp_path / "logreg"))
+    result = run([PYTHON, "pipelines/predict.py", f"model={tmp_path / 'logreg'}", f"hydra.run.dir={tmp_path / 'p'}",
+                  "row={colour: red, shape: round, size: 1e400, weight: 5}"])
+    assert_one_line_error(result, "row 0: column 'size': 'inf' reads as inf, not a finite number")
+    assert result.stdout == ""  # no answer with a NaN score
+
+    lines = csv.read_text().splitlines()
+    lines[4] = lines[4].replace(lines[4].split(",")[2], "1e400", 1)
+    csv.write_text("\n".join(lines) + "\n")
+    prepare_command = [PYTHON, "pipelines/prepare.py", "data=tabular", "data.source=local", f"data.schema={schema}",
+                       f"data.prepared_dir={tmp_path / 'again'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    result = run([*prepare_command, f"data.local_path={csv}"])
+    assert_one_line_error(result, f"{csv}:5: column 'size': '1e400' reads as inf, not a finite number")
+    result = run([*prepare_command, f"data.local_path={tmp_path}"])
+    assert_one_line_error(result, f"{tmp_path}: is a directory, expected a CSV file (data.local_path)")
+    assert not (tmp_path / "again").exists()
