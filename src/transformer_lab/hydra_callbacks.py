@@ -79,8 +79,10 @@ class SweepRecord(Callback):
     after its batch, Optuna's at once) and then skip on_multirun_end, which would leave the parent
     RUNNING and end the command in Hydra's traceback. So a failed job is recorded here (JOB_OUTCOME
     in its folder; its MLflow run FAILED, made now if the job failed before it had one, with the
-    one-line reason in the tag `failure`) and handed back to the sweeper as a finished job worth NaN,
-    which Optuna's sweeper records as a failed trial. At the sweep's end the parent run ends FINISHED,
+    one-line reason in the tag `failure`) and handed back to the sweeper as a finished job that
+    returned None: Optuna's sweeper records that trial FAILED (its log says the value is no number)
+    and, the job not raising, goes on (NaN would not do: Optuna refuses it and the sweeper then
+    fails telling it so). At the sweep's end the parent run ends FINISHED,
     or FAILED with the failures counted (metrics jobs_total and jobs_failed, tag failed_jobs), and the
     command exits 2 if a job failed by the user's error, 1 if one raised anything else."""
 
@@ -133,7 +135,7 @@ class SweepRecord(Callback):
         if error is not None:
             if not user_error:  # Hydra kept the exception quietly; a bug's traceback is for the console and the job's log
                 log.error("job %s failed", config.hydra.job.num, exc_info=error)
-            job_return.status, job_return.return_value = JobStatus.COMPLETED, float("nan")
+            job_return.status, job_return.return_value = JobStatus.COMPLETED, None
         if _rank():
             return  # the processes of a torchrun-started sweep run every job together; rank 0 records it
         output_dir = Path(config.hydra.runtime.output_dir)
