@@ -478,7 +478,7 @@ class TabularPreprocessor:
 
     def encode(self, rows: pd.DataFrame | list[dict]) -> EncodedRows:
         """Raw rows parsed and encoded (labels 0: rows to predict); a row lacking a feature column,
-        or a continuous cell that is not a number, is one error naming the row."""
+        or a continuous cell that is not a finite number, is one error naming the row (row I, from 0)."""
         frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
         categorical, continuous = self.encoder.features(read_table("rows", self.schema, frame, labelled=False,
                                                                    in_file=False))
