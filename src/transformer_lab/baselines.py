@@ -101,8 +101,8 @@ class FittedBaseline:
 
     def predict(self, rows, batch_size: int | None = None) -> torch.Tensor:
         """Class probabilities (rows, n_classes); batch_size is the task's argument, unused here."""
-        # one error naming a row without a feature column or with a number that is not finite, which
-        # scikit-learn would answer with a ValueError and XGBoost with NaN scores
+        # one error naming a row without a feature column or with a number that is not finite (which
+        # scikit-learn would answer with a raw ValueError, and XGBoost with an answer from an inf)
         encoded = self.preprocessor.encode(rows)
         return torch.from_numpy(predict(self.estimator, self.preprocessor.encoder, encoded)).float()
 
