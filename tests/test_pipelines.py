@@ -362,10 +362,12 @@ def test_csv_rows_are_numbered_by_their_line_and_must_fill_the_header(tmp_path):
     from transformer_lab.predict import read_inputs
 
     (tmp_path / "quoted.csv").write_text('text\n"two\nlines"\n""\n')  # a quoted cell across lines
-    with pytest.raises(TransformerLabError, match=f"^{re.escape(str(tmp_path / 'quoted.csv'))}:4: field 'text' is missing"):
+    quoted = re.escape(str(tmp_path / "quoted.csv"))
+    with pytest.raises(TransformerLabError, match=f"^{quoted}:4: field 'text' is missing"):
         read_inputs(tmp_path / "quoted.csv", "text-classification")
     (tmp_path / "ragged.csv").write_text("text,text_pair\na,b\nc,d,e\n")
-    with pytest.raises(TransformerLabError, match=f"^{re.escape(str(tmp_path / 'ragged.csv'))}:3: 3 cells for the header's 2"):
+    ragged = re.escape(str(tmp_path / "ragged.csv"))
+    with pytest.raises(TransformerLabError, match=f"^{ragged}:3: 3 cells for the header's 2"):
         read_inputs(tmp_path / "ragged.csv", "text-classification")
 
 
