@@ -7,12 +7,14 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
+from transformer_lab.utils.validate import check_inputs  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate_word2vec")
 @pipeline
 def main(cfg: DictConfig) -> None:
-    # imported here, not at the top: --help and a config Hydra rejects answer before torch loads
+    check_inputs(cfg, "checkpoint")  # a missing input: one line, before torch loads
+    # imported here, not at the top: --help and a rejected config answer before torch loads
     from transformer_lab.evaluation.word2vec import evaluate
     lightning_logs_through_hydra()
 

@@ -9,12 +9,14 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
+from transformer_lab.utils.validate import check_inputs  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_tokenizers")
 @pipeline
 def main(cfg: DictConfig) -> None:
-    # imported here, not at the top: --help and a config Hydra rejects answer before torch loads
+    check_inputs(cfg, "data.prepared_dir")  # a missing input: one line, before torch loads
+    # imported here, not at the top: --help and a rejected config answer before torch loads
     from transformer_lab.data.tokenizers import prepare_tokenizers
     lightning_logs_through_hydra()
 

@@ -355,3 +355,33 @@ def test_prepare_refuses_a_missing_input_before_torch_loads(tmp_path, data, over
     assert line == f"error: {message.format(missing=missing)}"
     assert heavy == set()
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("entry_point, override, key, missing", [
+    ("evaluate_atis.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
+    ("evaluate_elmo.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
+    ("evaluate_translation.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
+    ("evaluate_vit.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
+    ("evaluate_word2vec.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/last.ckpt"),
+    ("evaluate_tabular.py", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
+    ("evaluate_multimodal.py", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
+    ("train_baseline.py", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
+    ("train_tokenizers.py", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
+])
+def test_a_missing_input_of_a_stage_is_one_line_before_torch_loads(tmp_path, entry_point, override, key, missing):
+    tmp = tmp_path / "nowhere"
+    line, heavy = refused([ROOT / "pipelines" / entry_point, override.format(tmp=tmp), f"hydra.run.dir={tmp_path / 'run'}"])
+    assert line == f"error: {missing.format(tmp=tmp)}: not found ({key})"
+    assert heavy == set()
+
+
+def test_a_missing_input_names_the_stage_that_writes_it(tmp_path):
+    from transformer_lab.utils.validate import check_inputs
+
+    for config, key, stage in (("evaluate_atis", "checkpoint", "train_atis"),
+                               ("evaluate_word2vec", "checkpoint", "pretrain_word2vec"),
+                               ("train_tokenizers", "data.prepared_dir", "prepare_corpus")):
+        cfg = compose_config(config, [f"paths.root_dir={tmp_path}"], tmp_path / "run")
+        (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text())  # the project's stages, no outputs
+        with pytest.raises(TransformerLabError, match=rf": not found \({key}\); run `dvc repro {stage}`$"):
+            check_inputs(cfg, key)

@@ -8,6 +8,7 @@ import types
 import typing
 from pathlib import Path
 
+import yaml
 from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -139,3 +140,30 @@ def check_local_inputs(data: DictConfig) -> None:
         for path in paths:
             if path not in (None, "") and not Path(path).exists():
                 raise TransformerLabError(f"{path}: not found (data.{key}, read with data.source=local)")
+
+
+def check_inputs(cfg: DictConfig, *keys: str) -> None:
+    """The files and folders a stage reads, named by `keys` of its config, exist: else one line naming
+    the first one missing and the DVC stage that writes it, before the stage imports its readers."""
+    for key in keys:
+        path = Path(OmegaConf.select(cfg, key, throw_on_missing=True))
+        if not path.exists():
+            stage = stage_writing(path, cfg.paths.root_dir)
+            raise TransformerLabError(f"{path}: not found ({key}){f'; run `dvc repro {stage}`' if stage else ''}")
+
+
+def stage_writing(path: str | Path, root: str | Path) -> str | None:
+    """The stage of root/dvc.yaml whose outputs hold `path`, if one does (a stage with a matrix aside:
+    its outputs are templates)."""
+    dvc_yaml = Path(root, "dvc.yaml")
+    try:
+        relative = Path(path).resolve().relative_to(Path(root).resolve())
+        stages = yaml.safe_load(dvc_yaml.read_text())["stages"]
+    except (ValueError, OSError, KeyError, TypeError):
+        return None
+    for name, stage in stages.items():
+        outputs = [] if "matrix" in stage else stage.get("outs", []) + stage.get("metrics", [])
+        for output in (next(iter(o)) if isinstance(o, dict) else o for o in outputs):
+            if relative == Path(output) or Path(output) in relative.parents:
+                return name
+    return None
