@@ -441,3 +441,45 @@ def test_a_failing_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path, 
     failed = by_heads["3"]
     assert failed.info.status == "FAILED" and failed.data.tags["failure"] == reason
     assert failed.info.run_name.startswith("atis model.n_heads=3")  # named as its run would have been
+
+
+def test_a_failed_sweep_job_is_recorded_counted_and_handed_on_as_finished(tmp_path, capsys):
+    """SweepRecord's side of the multirun above, in-process: what Hydra's launcher hands it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import JobReturn, JobStatus
+    from hydra.types import RunMode
+    from omegaconf import open_dict, read_write
+
+    from conftest import sweep_runs
+    from transformer_lab.hydra_callbacks import SweepRecord
+    from transformer_lab.utils.resolvers import register_resolvers
+
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        config = compose("train", ["debug=smoke", f"hydra.sweep.dir={tmp_path / 'sweep'}"], return_hydra_config=True)
+    with open_dict(config):
+        config.hydra.mode = RunMode.MULTIRUN
+    record = SweepRecord()
+    record.on_multirun_start(config)
+    reason = "model: d_model=128 is not divisible by n_heads=3"
+    for job, (heads, error) in enumerate([(4, None), (3, TransformerLabError(reason))]):
+        with read_write(config.hydra.job), read_write(config.hydra.runtime):  # what the launcher sets per job
+            config.hydra.job.num, config.hydra.runtime.output_dir = job, str(tmp_path / "sweep" / str(job))
+        HydraConfig.instance().set_config(config)
+        job_return = JobReturn(overrides=[f"model.n_heads={heads}", "debug=smoke"], status=JobStatus.COMPLETED)
+        if error:
+            wrapped = RuntimeError("instantiating")
+            wrapped.__cause__ = error  # as Hydra's instantiate wraps it
+            job_return.status, job_return.return_value = JobStatus.FAILED, wrapped
+        record.on_job_end(config, job_return)
+        # the sweeper goes on: no job it is handed back raises
+        assert job_return.status == JobStatus.COMPLETED and (error is None or job_return.return_value is None)
+    with pytest.raises(SystemExit) as exit_code:
+        record.on_multirun_end(config)
+    assert exit_code.value.code == 2
+    assert capsys.readouterr().err == f"error: 1 of 2 jobs failed: #1 (model.n_heads=3) {reason}\n"
+    parent, [failed] = sweep_runs(config.paths.mlflow_tracking_uri, "atis")  # job 0 did not run here: no run
+    assert parent.info.status == "FAILED" and parent.data.metrics == {"jobs_total": 2, "jobs_failed": 1}
+    assert failed.info.status == "FAILED" and failed.data.tags["failure"] == reason
+    assert failed.data.tags["mlflow.parentRunId"] == parent.info.run_id and failed.data.params["model.n_heads"] == "3"
