@@ -296,6 +296,15 @@ def test_a_nan_value_in_a_row_is_pandas_missing_cell_not_a_number(prepared_toy):
     assert (continuous == continuous[0]).all()
 
 
+
+def test_training_values_whose_mean_overflows_are_refused_by_column():
+    """Every value finite, but their sum is not: the mean would be inf and every input NaN."""
+    schema = TableSchema("t", "y", continuous=["distance"])
+    rows = pd.DataFrame({"distance": [1e308, 1e308, 1.0], LABEL: ["a", "b", "a"]})
+    with pytest.raises(DataError, match=r"column 'distance': its training values are too large to standardise "
+                                        r"\(mean inf, standard deviation .*\); rescale the column"):
+        TabularEncoder.fit(rows, schema, ["a", "b"])
+
 @pytest.mark.filterwarnings("error::pandas.errors.PerformanceWarning")
 def test_a_wide_table_is_prepared_trained_on_and_encoded_without_fragmenting_frames(tmp_path):
     """500 columns: a frame built a column at a time warns (PerformanceWarning) for each numeric column past

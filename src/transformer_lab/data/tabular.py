@@ -393,8 +393,9 @@ class TabularEncoder:
         means, stds = {}, {}
         for c in schema.continuous:
             values = rows[c].dropna()
-            means[c] = float(values.mean()) if len(values) else 0.0
-            std = float(values.std(ddof=0)) if len(values) else 0.0
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, by its column
+                means[c] = float(values.mean()) if len(values) else 0.0
+                std = float(values.std(ddof=0)) if len(values) else 0.0
             if not (math.isfinite(means[c]) and math.isfinite(std)):
                 raise DataError(f"column {c!r}: its training values are too large to standardise (mean "
                                 f"{means[c]:g}, standard deviation {std:g}); rescale the column")
