@@ -1,22 +1,26 @@
 """The team tracking server for real: PostgreSQL (the `pgserver` wheel's binaries) under `mlflow
 server --serve-artifacts`, started by `python -m transformer_lab.team_server`; two trainings at once
-and a two-job multirun write to it, everything is read back, the server goes down and comes back."""
+and a two-job multirun write to it, everything is read back, the server goes down and comes back.
+A second server on the same folder, a port another server has, and Ctrl-C leave nothing behind."""
 
 import json
 import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 from mlflow import MlflowClient
 
 from conftest import PYTHON, ROOT, free_port, run, sweep_runs
-from transformer_lab.team_server import LocalPostgres
-
+from transformer_lab.errors import TransformerLabError
+from transformer_lab.team_server import LocalPostgres, wait_until_healthy
 
 
 def test_an_experiment_created_by_another_job_meanwhile_is_used(tmp_path):
@@ -144,3 +148,132 @@ def test_team_server_on_postgres_keeps_every_run(server_folder, prepared_atis):
     finally:
         stop_server(server)
     assert not LocalPostgres(server_folder / "server", postgres_port).running()  # stopped with the server
+
+
+class AnswersEverything(BaseHTTPRequestHandler):
+    """Another web server on the port, as `make ui` is: 200 to /health and to every other GET."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"OK")
+
+    def log_message(self, *_):
+        pass
+
+
+@pytest.fixture
+def other_http_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), AnswersEverything)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def team_server_command(folder: Path, port: int, postgres_port: int) -> list[str]:
+    return [PYTHON, "-m", "transformer_lab.team_server", "--dir", str(folder), "--port", str(port),
+            "--postgres-port", str(postgres_port), "--workers", "1"]
+
+
+def processes_of(folder: Path) -> list[psutil.Process]:
+    """Every process whose command line names the folder: its PostgreSQL, its mlflow server."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if str(folder) in " ".join(process.info["cmdline"] or []) and process.pid != os.getpid():
+            found.append(process)
+    return found
+
+
+@pytest.mark.parametrize("taken", ["--port", "--postgres-port"])
+def test_a_taken_port_is_refused_before_anything_starts(server_folder, other_http_server, taken):
+    port, postgres_port = (other_http_server, free_port()) if taken == "--port" else (free_port(), other_http_server)
+    result = run(team_server_command(server_folder / "server", port, postgres_port), timeout=180)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""  # no banner with an address that belongs to another server
+    [line] = result.stderr.splitlines()
+    assert f"127.0.0.1:{other_http_server} is already in use" in line and taken in line
+    assert not (server_folder / "server" / "postgres").exists()  # no cluster made, none started
+    assert processes_of(server_folder) == []
+
+
+def test_health_answered_by_another_server_is_not_taken_for_ours(other_http_server):
+    # ours never binds the port: something else took it between the check and the start
+    ours = subprocess.Popen(["sleep", "60"])
+    try:
+        url = f"http://127.0.0.1:{other_http_server}"
+        with pytest.raises(TransformerLabError, match=f"another program answers at {url}"):
+            wait_until_healthy(url, ours, other_http_server, timeout_s=30)
+    finally:
+        ours.kill()
+        ours.wait()
+
+
+@pytest.mark.slow
+def test_a_second_server_on_the_same_folder_is_refused_and_the_first_keeps_serving(server_folder):
+    port, postgres_port = free_port(), free_port()
+    first = start_server(server_folder, port, postgres_port)
+    try:
+        for second_ports in ((port, postgres_port), (free_port(), free_port())):
+            result = run(team_server_command(server_folder / "server", *second_ports), timeout=180)
+            assert result.returncode == 2, result.stdout + result.stderr
+            assert result.stdout == ""
+            [line] = result.stderr.splitlines()
+            assert f"{(server_folder / 'server').resolve()} is in use by another team server (pid {first.pid})" in line
+        # the first one still has its PostgreSQL: a real call, not only /health
+        client = MlflowClient(f"http://127.0.0.1:{port}")
+        created = client.create_experiment("still-served")
+        assert created in {e.experiment_id for e in client.search_experiments()}
+        assert first.poll() is None
+    finally:
+        stop_server(first)
+    assert first.returncode == 0
+    assert processes_of(server_folder) == []
+
+
+def interrupt_and_check_everything_stops(server: subprocess.Popen, folder: Path) -> str:
+    """Ctrl-C to the team server: it exits 0 within a hang guard, leaving no process behind."""
+    children = psutil.Process(server.pid).children(recursive=True)
+    postmaster_pid = folder / "server" / "postgres" / "postmaster.pid"
+    if postmaster_pid.is_file():  # pg_ctl's postmaster is no child of ours: it runs in a session of its own
+        postmaster = psutil.Process(int(postmaster_pid.read_text().split()[0]))
+        children += [postmaster, *postmaster.children(recursive=True)]
+    server.send_signal(signal.SIGINT)
+    output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, output
+    _, alive = psutil.wait_procs(children, timeout=10)  # for init to reap the orphans
+    assert alive == [] and processes_of(folder) == []
+    return output
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_mlflow_server_and_postgres_during_start_up_and_while_serving(server_folder):
+    port, postgres_port = free_port(), free_port()
+    def start() -> subprocess.Popen:
+        # a script's `make server &` hands the server SIGINT ignored: Ctrl-C must work all the same
+        return subprocess.Popen(team_server_command(server_folder / "server", port, postgres_port), cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+
+    def is_mlflow_server(process: psutil.Process) -> bool:
+        try:
+            return "mlflow" in " ".join(process.cmdline())
+        except psutil.NoSuchProcess:
+            return False
+
+    starting = start()
+    deadline = time.time() + 180
+    while not any(is_mlflow_server(p) for p in psutil.Process(starting.pid).children(recursive=True)):
+        assert starting.poll() is None and time.time() < deadline, starting.communicate()[0]
+        time.sleep(0.2)
+    output = interrupt_and_check_everything_stops(starting, server_folder)
+    assert "MLflow tracking server:" not in output
+
+    serving = start()
+    while True:  # the banner comes once the server answers
+        line = serving.stdout.readline()
+        assert line, "exited before it served"
+        if line.startswith("MLflow tracking server:"):
+            break
+    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).status == 200
+    interrupt_and_check_everything_stops(serving, server_folder)
