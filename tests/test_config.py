@@ -1,5 +1,6 @@
 """The Hydra config tree: every option composes and instantiates, sweeps run (bad overrides: test_trust.py)."""
 
+import dataclasses
 import os
 
 import pytest
@@ -180,3 +181,28 @@ def test_two_optuna_workers_share_one_study_and_one_parent_run(tmp_path, prepare
     best_child = max(children, key=lambda r: r.data.metrics["val/slot_f1"])
     assert study.best_value == pytest.approx(best_child.data.metrics["val/slot_f1"], abs=1e-6)
     assert study.best_params["model.n_heads"] == int(best_child.data.params["model.n_heads"])
+
+
+def test_parameter_types_read_from_source_are_the_imported_classes():
+    """check_types reads the annotations of a config's `_target_` from its source, so that a wrong type
+    is refused before torch loads: for every family's model config, task and datamodule, it accepts
+    and refuses what the annotations of the imported class would."""
+    import typing
+
+    from hydra.utils import get_class
+
+    from transformer_lab.families import FAMILIES
+    from transformer_lab.utils.validate import _accepts, parameter_types
+
+    probes = ("abc", 3, 0.5, True, None)
+    targets = {t for f in FAMILIES.values() for t in (f.config, f.task, f.datamodule)}
+    for target in sorted(targets):
+        cls = get_class(target)
+        imported = typing.get_type_hints(cls if dataclasses.is_dataclass(cls) else cls.__init__)
+        read = parameter_types(target)
+        assert read is not None, target
+        for name, hint in imported.items():
+            expected = [_accepts(hint, probe) for probe in probes]
+            if name == "return" or expected == [None] * len(probes):
+                continue  # a type check_types leaves alone (a list, a dict, a Literal)
+            assert [_accepts(read.get(name), probe) for probe in probes] == expected, (target, name)

@@ -301,6 +301,9 @@ def test_a_crash_keeps_its_traceback_and_exit_1(tmp_path):
     ("data.datamodule.eval_batch_size=-8", "data.datamodule.eval_batch_size=-8: expected 1 or more examples a batch"),
     ("trainer.devices=0", "trainer.devices=0: expected 1 or more, -1 (all of them) or auto"),
     ("trainer.accumulate_grad_batches=0", "trainer.accumulate_grad_batches=0: expected 1 or more batches a step"),
+    ("model.n_heads=abc", "model.n_heads='abc': expected an integer"),
+    ("task.lr=fast", "task.lr='fast': expected a number"),
+    ("data.datamodule.batch_size=1.5", "data.datamodule.batch_size=1.5: expected an integer"),
 ])
 def test_settings_training_would_crash_on_are_one_line_before_data_is_read(tmp_path, override, message):
     from transformer_lab.train import train

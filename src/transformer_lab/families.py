@@ -13,7 +13,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.utils.resolvers import register_resolver
-from transformer_lab.utils.validate import check_batch_sizes, check_trainer
+from transformer_lab.utils.validate import check_batch_sizes, check_trainer, check_types
 
 Mode = Literal["min", "max"]
 
@@ -166,13 +166,16 @@ def metric_mode(name: str) -> Mode:
 
 def check_config(cfg) -> Family:
     """The family a training config trains: its model, task and data must belong to one, the metric it
-    is selected on must be one of its own, and its batch sizes and trainer settings must be ones training
-    can run with (utils/validate.py); else one line, before anything is built or any data is read."""
+    is selected on must be one of its own, their settings must have the types their classes declare, and
+    its batch sizes and trainer settings must be ones training can run with (utils/validate.py); else one
+    line, before anything is built or any data is read."""
     from hydra.core.hydra_config import HydraConfig
 
     choices = dict(HydraConfig.get().runtime.choices) if HydraConfig.initialized() else {}
     family = check_combination(cfg.task._target_, cfg.model._target_, cfg.data.datamodule._target_, choices)
     family.metric(cfg.optimized_metric)
+    for node, where in ((cfg.data.datamodule, "data.datamodule"), (cfg.model, "model"), (cfg.task, "task")):
+        check_types(node, where)
     check_batch_sizes(cfg.data.datamodule)
     check_trainer(cfg.trainer, choices.get("trainer"))  # last: a GPU trainer's check imports torch
     return family

@@ -3,13 +3,14 @@ before anything is built or any data is read."""
 
 from __future__ import annotations
 
-import dataclasses
+import ast
+import functools
+import importlib.util
 import types
 import typing
 from pathlib import Path
 
 import yaml
-from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
@@ -49,13 +50,10 @@ def check_value(name: str, value, hint) -> None:
 
 def check_types(node: DictConfig, where: str) -> None:
     """Every scalar key of `node` against the annotation of the parameter it sets in `node._target_`
-    (a dataclass field or an `__init__` argument): `model.n_heads=abc` stops here, not deep inside."""
-    target = get_object(node._target_) if "_target_" in node else None
-    if target is None:
-        return
-    try:
-        hints = typing.get_type_hints(target if dataclasses.is_dataclass(target) else target.__init__)
-    except (NameError, TypeError):
+    (a dataclass field or an `__init__` argument): `model.n_heads=abc` stops here, not deep inside.
+    The annotations are read from the project's source, so this imports nothing (torch least)."""
+    hints = parameter_types(node._target_) if "_target_" in node else None
+    if hints is None:
         return
     for key in node:
         if key.startswith("_") or key not in hints or OmegaConf.is_missing(node, key):
@@ -64,6 +62,79 @@ def check_types(node: DictConfig, where: str) -> None:
         if isinstance(value, DictConfig) or OmegaConf.is_list(value):
             continue
         check_value(f"{where}.{key}", value, hints[key])
+
+
+_HINTS = {"int": int, "float": float, "bool": bool, "str": str, "None": type(None)}
+PROJECT_PACKAGE = "transformer_lab."
+
+
+def parameter_types(target: str) -> dict[str, type | types.UnionType] | None:
+    """The annotations check_value reads (int, float, bool, str, None and unions of them) of what the
+    project class `target` takes: a dataclass's fields (its bases' first) or the arguments of the first
+    `__init__` along its bases. Read from source: its module imports torch. None if not found there."""
+    module, _, name = target.rpartition(".")
+    found = _class_source(module, name) if target.startswith(PROJECT_PACKAGE) else None
+    if found is None:
+        return None
+    annotations = _annotations(*found)
+    return None if annotations is None else {k: h for k, h in annotations.items() if h is not None}
+
+
+@functools.cache
+def _module_source(module: str) -> ast.Module | None:
+    try:
+        spec = importlib.util.find_spec(module)  # imports its parent packages only
+    except ModuleNotFoundError:
+        return None
+    origin = spec.origin if spec else None
+    return ast.parse(Path(origin).read_text()) if origin and origin.endswith(".py") else None
+
+
+def _class_source(module: str, name: str) -> tuple[ast.ClassDef, str] | None:
+    """The class `name` as `module` defines or imports it (from the project's own modules), with the
+    module that defines it."""
+    tree = _module_source(module)
+    for statement in tree.body if tree else ():
+        if isinstance(statement, ast.ClassDef) and statement.name == name:
+            return statement, module
+        if isinstance(statement, ast.ImportFrom) and (statement.module or "").startswith(PROJECT_PACKAGE):
+            for alias in statement.names:
+                if (alias.asname or alias.name) == name:
+                    return _class_source(statement.module, alias.name)
+    return None
+
+
+def _annotations(cls: ast.ClassDef, module: str) -> dict | None:
+    bases = [_class_source(module, b.id) for b in cls.bases if isinstance(b, ast.Name)]
+    if any(ast.unparse(d).split("(")[0].endswith("dataclass") for d in cls.decorator_list):
+        fields = {}
+        for base in reversed([b for b in bases if b]):
+            fields.update(_annotations(*base) or {})
+        fields.update({s.target.id: _hint(s.annotation) for s in cls.body
+                       if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)})
+        return fields
+    init = next((s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
+    if init is not None:
+        return {a.arg: _hint(a.annotation) for a in init.args.args + init.args.kwonlyargs if a.annotation}
+    # no __init__ of its own: the first base's that has one, as Python's method order finds it here
+    return next((found for found in (_annotations(*b) for b in bases if b) if found is not None), None)
+
+
+def _hint(node: ast.expr):
+    """An annotation as a type check_value reads, else None (a list, a dict, a Literal, a class)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a quoted annotation
+        return _hint(ast.parse(node.value, mode="eval").body)
+    if isinstance(node, ast.Constant) and node.value is None:
+        return type(None)
+    if isinstance(node, ast.Name):
+        return _HINTS.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        left, right = _hint(node.left), _hint(node.right)
+        return None if left is None or right is None else left | right
+    if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "Optional":
+        inner = _hint(node.slice)
+        return None if inner is None else inner | None
+    return None
 
 
 def check_trainer(trainer: DictConfig, choice: str | None = None) -> None:
