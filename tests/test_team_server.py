@@ -6,6 +6,7 @@ A second server on the same folder, a port another server has, and Ctrl-C leave 
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -277,3 +278,26 @@ def test_ctrl_c_stops_the_mlflow_server_and_postgres_during_start_up_and_while_s
             break
     assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).status == 200
     interrupt_and_check_everything_stops(serving, server_folder)
+
+
+@pytest.mark.slow
+def test_a_cluster_left_by_a_killed_server_is_stopped_and_started_again_on_the_asked_port(server_folder):
+    port, old_postgres_port, new_postgres_port = free_port(), free_port(), free_port()
+    killed = start_server(server_folder, port, old_postgres_port)
+    created = MlflowClient(f"http://127.0.0.1:{port}").create_experiment("before-the-crash")
+    [mlflow_cli] = psutil.Process(killed.pid).children()
+    killed.kill()  # kill -9: nothing stopped, PostgreSQL (a session of its own) runs on
+    killed.wait()
+    os.killpg(mlflow_cli.pid, signal.SIGKILL)  # what the user does next: their MLflow port is taken
+    assert LocalPostgres(server_folder / "server", old_postgres_port).running()
+
+    server = start_server(server_folder, port, new_postgres_port)
+    try:
+        assert MlflowClient(f"http://127.0.0.1:{port}").get_experiment(created).name == "before-the-crash"
+        socket.create_connection(("127.0.0.1", new_postgres_port), timeout=5).close()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", old_postgres_port), timeout=5)
+    finally:
+        stop_server(server)
+    assert "stopped the PostgreSQL that an earlier server" in (server_folder / "team_server.out").read_text()
+    assert processes_of(server_folder) == []
