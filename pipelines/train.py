@@ -16,7 +16,7 @@ from transformer_lab.utils.cli import (  # noqa: E402
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 @pipeline
 def main(cfg: DictConfig) -> float | None:
-    check_config(cfg)  # parts of different families: one line, before torch loads
+    check_config(cfg)  # family, types, ranges, GPUs: one line before any data is read (torch only to count GPUs)
     from transformer_lab.train import train  # here, not at the top: --help and config errors answer at once
     lightning_logs_through_hydra()
 
