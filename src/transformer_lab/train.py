@@ -22,7 +22,6 @@ from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.utils.cli import JOB_DIR_ENV
 from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
-from transformer_lab.utils.validate import check_types
 
 
 def resolve_checkpoint(ckpt_path: str | None, checkpoint_dir: str) -> str | None:
@@ -87,10 +86,8 @@ def register_as(cfg: DictConfig, family, data_fingerprint: str) -> tracking.Regi
 
 def train(cfg: DictConfig) -> dict[str, float]:
     started = time.perf_counter()
-    family = check_config(cfg)  # parts of one family, a metric of its own: one line otherwise, before anything is built
+    family = check_config(cfg)  # parts of one family, its metric, types, ranges: one line, before anything is built
     tracking.check_tracking(cfg)  # a server that is down stops the run before any data is read
-    for node, where in ((cfg.data.datamodule, "data.datamodule"), (cfg.model, "model"), (cfg.task, "task")):
-        check_types(node, where)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     output_dir = Path(cfg.paths.output_dir)
     os.environ[JOB_DIR_ENV] = str(output_dir)  # for the extra DDP processes of a multirun job (rejoin_ddp_job)

@@ -77,14 +77,29 @@ def _run_task(fn, args, kwargs):
     try:
         return fn(*args, **kwargs)
     except MissingMandatoryValue as err:
-        print(f"error: {err.full_key} is required: pass {err.full_key}=VALUE", file=sys.stderr, flush=True)
-        sys.exit(2)
+        _refuse(f"{err.full_key} is required: pass {err.full_key}=VALUE", err)
     except Exception as err:
         cause = _user_error(err)
         if cause is None:
             raise
-        print(f"error: {cause}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        _refuse(str(cause), err)
+
+
+def _refuse(line: str, err: Exception) -> None:
+    """The one line on stderr; then exit 2, or, in a job of a multirun, the error handed back to Hydra:
+    an exit would end the whole sweep, where the sweep record (hydra_callbacks.SweepRecord) counts the
+    job as failed and the other jobs still run."""
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    if _in_multirun():
+        raise TransformerLabError(line) from err
+    sys.exit(2)
+
+
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def rename_overrides(argv: list[str], names: dict[str, str]) -> list[str]:
