@@ -296,6 +296,16 @@ def test_a_nan_value_in_a_row_is_pandas_missing_cell_not_a_number(prepared_toy):
     assert (continuous == continuous[0]).all()
 
 
+def test_a_missing_cell_of_a_served_row_is_imputed_not_taken_for_a_missing_column(prepared_toy):
+    """The served model reads a table of rows; pandas fills a cell it lacks with NaN, which is a
+    missing cell of that row, not a column the row has not got."""
+    from transformer_lab.serving import records_to_inputs
+
+    preprocessor, rows, _ = prepared_toy
+    served = records_to_inputs("tabular-classification", pd.DataFrame([{**rows[0], "size": float("nan")}]))
+    assert set(served[0]) == set(rows[0])
+    assert torch.isfinite(preprocessor.batch(served)["continuous"]).all()
+
 
 def test_training_values_whose_mean_overflows_are_refused_by_column():
     """Every value finite, but their sum is not: the mean would be inf and every input NaN."""
@@ -304,6 +314,7 @@ def test_training_values_whose_mean_overflows_are_refused_by_column():
     with pytest.raises(DataError, match=r"column 'distance': its training values are too large to standardise "
                                         r"\(mean inf, standard deviation .*\); rescale the column"):
         TabularEncoder.fit(rows, schema, ["a", "b"])
+
 
 @pytest.mark.filterwarnings("error::pandas.errors.PerformanceWarning")
 def test_a_wide_table_is_prepared_trained_on_and_encoded_without_fragmenting_frames(tmp_path):

@@ -87,7 +87,8 @@ def records_to_inputs(task: str, frame: pd.DataFrame) -> list:
 
     inputs = []
     for number, record in enumerate(frame.to_dict(orient="records")):
-        record = {k: v for k, v in record.items() if not (isinstance(v, float) and pd.isna(v))}
+        if task != "tabular-classification":  # pandas' NaN for a field a row lacks; in a table row, a missing cell
+            record = {k: v for k, v in record.items() if not (isinstance(v, float) and pd.isna(v))}
         if task == "image-classification":
             inputs.append(image_bytes(record.get("image"), f"input row {number}"))
         else:
