@@ -388,3 +388,12 @@ def test_a_missing_input_names_the_stage_that_writes_it(tmp_path):
         (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text())  # the project's stages, no outputs
         with pytest.raises(TransformerLabError, match=rf": not found \({key}\); run `dvc repro {stage}`$"):
             check_inputs(cfg, key)
+
+
+def test_the_option_rules_read_before_torch_loads_are_the_pipelines_own():
+    from transformer_lab.options import pipeline_tasks, task_options
+    from transformer_lab.pipelines import PIPELINES, TASKS
+
+    assert pipeline_tasks() == list(TASKS) == list(PIPELINES)  # "task=X: not a pipeline task; choose one of" them
+    for task, pipeline_class in PIPELINES.items():
+        assert task_options(task) == pipeline_class.option_rules(), task

@@ -1,36 +1,38 @@
 """Text from a pre-trained GPT checkpoint: greedy or sampled continuation of a prompt, with a
-key/value cache, stopping at end-of-text; seeded, so a sample can be reproduced."""
+key/value cache, stopping at end-of-text; seeded, so a sample can be reproduced. torch and Lightning
+are imported by `generate`, not here: `check_settings` refuses a bad call before they load."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig
 
-from transformer_lab import tracking
-from transformer_lab.checkpoints import load_task
-from transformer_lab.evaluation import log_into_training_run
-from transformer_lab.pipelines import PIPELINES, Option, check_option
+from transformer_lab.options import Option, check_option, task_options
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
 from transformer_lab.utils.validate import check_value
 
 
 def check_settings(cfg: DictConfig) -> None:
     """The prompt and sampling settings, before the checkpoint is read: each by name and range as
-    the text-generation pipeline checks its options (pipelines.OPTIONS), and num_samples."""
+    the text-generation pipeline checks its options (options.OPTIONS), and num_samples."""
     check_value("prompt", cfg.prompt, str)
-    for name, rule in PIPELINES["text-generation"].option_rules().items():
+    for name, rule in task_options("text-generation").items():
         if name in cfg:
             check_option(name, cfg[name], rule)
     check_option("num_samples", cfg.get("num_samples"), Option(int, minimum=1))
 
 
 def generate(cfg: DictConfig) -> dict:
+    check_settings(cfg)  # before torch and Lightning load
+    import torch
+
+    from transformer_lab import tracking
+    from transformer_lab.checkpoints import load_task
+    from transformer_lab.evaluation import log_into_training_run
     from transformer_lab.tasks.gpt import GPTPretrainingTask
 
-    check_settings(cfg)
     if cfg.get("output"):  # samples are logged only when written
         tracking.check_tracking(cfg)
     task = load_task(cfg.checkpoint, GPTPretrainingTask, "pretrain_gpt")  # its tokenizer travels inside

@@ -36,6 +36,7 @@ from transformer_lab.checkpoints import (BASELINE_FILES, FAMILY_KEY, PREPROCESSO
                                          read_checkpoint)
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.families import FAMILIES
+from transformer_lab.options import OPTIONS, Option, check_options
 
 BERT_BODIES = ("bert_pretraining", "sequence_classification", "bert_joint_intent_slot", "token_classification",
                "question_answering")
@@ -252,85 +253,6 @@ def by_length(run_batch, items: list, lengths: list[int], batch_size: int) -> li
         for i, result in zip(batch, run_batch([items[i] for i in batch]), strict=True):
             results[i] = result
     return results
-
-
-# ------------------------------------------------------------------------------------------------
-# Options
-
-
-@dataclass(frozen=True)
-class Option:
-    """What one pipeline option accepts: a kind (int, float, bool, str choices), a range, and
-    whether null is a value (null_means says what it means then)."""
-
-    kind: type
-    minimum: float | None = None   # inclusive
-    above: float | None = None     # exclusive
-    maximum: float | None = None   # inclusive
-    choices: tuple[str, ...] = ()
-    null_means: str | None = None
-    note: str = ""
-
-    def accepts(self, value) -> bool:
-        if value is None:
-            return self.null_means is not None
-        if self.kind is bool or isinstance(value, bool):
-            return self.kind is bool and isinstance(value, bool)
-        if self.kind is str:
-            return value in self.choices
-        if not isinstance(value, int if self.kind is int else (int, float)):
-            return False
-        return ((self.minimum is None or value >= self.minimum) and (self.above is None or value > self.above)
-                and (self.maximum is None or value <= self.maximum))
-
-    def describe(self) -> str:
-        if self.kind is str:
-            return " or ".join(self.choices)
-        kind = {int: "an integer", float: "a number", bool: "true or false"}[self.kind]
-        if self.above is not None and self.maximum is not None:
-            kind += f" in ({self.above}, {self.maximum}]"
-        elif self.above is not None:
-            kind += f" > {self.above}"
-        elif self.minimum is not None:
-            kind += f" >= {self.minimum}"
-        return kind + (f", or null ({self.null_means})" if self.null_means else "") + self.note
-
-
-# Every option a pipeline's `run` takes, by name: one meaning (and range) wherever it appears
-OPTIONS = {
-    "batch_size": Option(int, minimum=1),
-    "top_k": Option(int, minimum=1, null_means="every label, or no cut"),
-    "normalize": Option(bool),
-    "doc_stride": Option(int, minimum=0, null_means="half a window"),
-    "max_new_tokens": Option(int, minimum=1),
-    "strategy": Option(str, choices=("greedy", "sample")),
-    "temperature": Option(float, above=0, note=" (strategy=greedy takes the argmax)"),
-    "top_p": Option(float, above=0, maximum=1, null_means="no nucleus cut"),
-    "seed": Option(int, null_means="unseeded"),
-    "stop_at_eos": Option(bool),
-    "use_cache": Option(bool),
-    "return_full_text": Option(bool),
-    "num_beams": Option(int, minimum=1),
-    "length_penalty": Option(float),
-}
-
-
-def check_option(name: str, value, rule: Option, prefix: str = "") -> None:
-    if not rule.accepts(value):
-        raise TransformerLabError(f"{prefix}{name}={value!r}: expected {rule.describe()}")
-
-
-def check_options(task: str | None, options: dict, prefix: str = "") -> None:
-    """Each option by name and range, before any model runs or input is read: a name that is no
-    option of `task` is one error naming the task's options. task=None (the model's own task,
-    not known before it loads): the values of the names any task takes. prefix: how the caller
-    spells them (predict.py: options.)."""
-    rules = PIPELINES[task].option_rules() if task is not None else OPTIONS
-    for name, value in options.items():
-        if name in rules:
-            check_option(name, value, rules[name], prefix)
-        elif task is not None:
-            raise TransformerLabError(f"{prefix}{name}: not an option of {task}; its options: {', '.join(rules)}")
 
 
 # ------------------------------------------------------------------------------------------------
