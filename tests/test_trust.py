@@ -390,6 +390,34 @@ def test_a_missing_input_names_the_stage_that_writes_it(tmp_path):
             check_inputs(cfg, key)
 
 
+TASK_NAMES = ("text-classification, token-classification, question-answering, fill-mask, feature-extraction, "
+              "text-generation, translation, image-classification, tabular-classification")
+
+
+@pytest.mark.parametrize("entry_point, overrides, message", [
+    ("predict.py", [], "give one input: text=..., question=... context=..., image=PATH or row={...}, "
+                       "or a file of them: input=FILE output=FILE.jsonl"),
+    ("predict.py", ["text=hi", "model={tmp}/nowhere.ckpt"],
+     "model={tmp}/nowhere.ckpt: no such file or folder, MLflow run or published model"),
+    ("predict.py", ["text=hi", "model={tmp}/nowhere", "+options.temperature=0"],
+     "options.temperature=0: expected a number > 0 (strategy=greedy takes the argmax)"),
+    ("predict.py", ["text=hi", "batch_size=0"], "batch_size=0: expected an integer >= 1"),
+    ("predict.py", ["text=hi", "task=fill-mask", "+options.top_k=null"],  # fill-mask's own rule: no null
+     "options.top_k=None: expected an integer >= 1"),
+    ("predict.py", ["text=hi", "task=translation", "+options.beams=4"],
+     "options.beams: not an option of translation; its options: num_beams, length_penalty, batch_size"),
+    ("predict.py", ["text=hi", "task=tagging"], f"task=tagging: not a pipeline task; choose one of {TASK_NAMES}"),
+])
+def test_a_rejected_prediction_generation_or_export_is_one_line_before_torch_loads(tmp_path, entry_point, overrides,
+                                                                                 message):
+    (tmp_path / "model.ckpt").write_bytes(b"not read: the call is refused before any model loads")
+    line, heavy = refused([ROOT / "pipelines" / entry_point, *(o.replace("{tmp}", str(tmp_path)) for o in overrides),
+                           f"hydra.run.dir={tmp_path / 'run'}"])
+    assert line == f"error: {message.replace('{tmp}', str(tmp_path))}"
+    assert heavy == set()
+    assert not (tmp_path / "hf").exists()
+
+
 def test_the_option_rules_read_before_torch_loads_are_the_pipelines_own():
     from transformer_lab.options import pipeline_tasks, task_options
     from transformer_lab.pipelines import PIPELINES, TASKS

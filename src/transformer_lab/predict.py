@@ -18,6 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.options import OPTIONS, check_model_source, check_option, check_options
 from transformer_lab.utils.io import atomic_write_text, decode_utf8
 
 SINGLE = ("text", "question", "image", "row")  # the command-line inputs, one of them per call
@@ -127,18 +128,30 @@ def command_line_input(cfg: DictConfig, task: str):
     return record_input(task, {k: str(v) for k, v in record.items()}, "the command line", Path.cwd())
 
 
-def predict(cfg: DictConfig) -> list | dict:
-    """What `pipelines/predict.py` prints (one input) or writes to cfg.output (an input file)."""
-    from tqdm.auto import tqdm
-
-    from transformer_lab.pipelines import OPTIONS, check_option, check_options, pipeline
-
+def check_call(cfg: DictConfig) -> None:
+    """What a call gives that is checked before torch loads: one input (or an input file with an
+    output file), batch_size, the options (by the task's names when task= is given) and a model=
+    path that exists."""
     check_command_line(cfg)
     check_option("batch_size", cfg.get("batch_size"), OPTIONS["batch_size"])
-    options = OmegaConf.to_container(cfg.options) if cfg.get("options") else {}
-    check_options(cfg.pipeline_task, options, prefix="options.")  # before the model loads ...
+    check_options(cfg.pipeline_task, _options(cfg), prefix="options.")
+    check_model_source(str(cfg.model_source))
+
+
+def _options(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg.options) if cfg.get("options") else {}
+
+
+def predict(cfg: DictConfig) -> list | dict:
+    """What `pipelines/predict.py` prints (one input) or writes to cfg.output (an input file)."""
+    check_call(cfg)  # before torch loads
+    from tqdm.auto import tqdm
+
+    from transformer_lab.pipelines import pipeline
+
+    options = _options(cfg)
     run = pipeline(cfg.pipeline_task, model=str(cfg.model_source), tracking_uri=cfg.get("tracking_uri"))
-    check_options(run.task_name, options, prefix="options.")  # ... and by name once its task is known
+    check_options(run.task_name, options, prefix="options.")  # by name, now that the model's task is known
     if cfg.get("input") is None:
         return run(command_line_input(cfg, run.task_name), **options)
     inputs = read_inputs(cfg.input, run.task_name)  # every line checked before the model runs
