@@ -407,6 +407,12 @@ TASK_NAMES = ("text-classification, token-classification, question-answering, fi
     ("predict.py", ["text=hi", "task=translation", "+options.beams=4"],
      "options.beams: not an option of translation; its options: num_beams, length_penalty, batch_size"),
     ("predict.py", ["text=hi", "task=tagging"], f"task=tagging: not a pipeline task; choose one of {TASK_NAMES}"),
+    ("generate.py", ["checkpoint={tmp}/nowhere.ckpt"], "{tmp}/nowhere.ckpt: not found (checkpoint)"),
+    ("generate.py", ["checkpoint={tmp}/nowhere.ckpt", "temperature=0"],  # the settings first
+     "temperature=0: expected a number > 0 (strategy=greedy takes the argmax)"),
+    ("generate.py", ["top_p=2"], "top_p=2: expected a number in (0, 1], or null (no nucleus cut)"),
+    ("generate.py", ["max_new_tokens=-1"], "max_new_tokens=-1: expected an integer >= 1"),
+    ("generate.py", ["num_samples=0"], "num_samples=0: expected an integer >= 1"),
 ])
 def test_a_rejected_prediction_generation_or_export_is_one_line_before_torch_loads(tmp_path, entry_point, overrides,
                                                                                  message):
