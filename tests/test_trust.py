@@ -413,6 +413,13 @@ TASK_NAMES = ("text-classification, token-classification, question-answering, fi
     ("generate.py", ["top_p=2"], "top_p=2: expected a number in (0, 1], or null (no nucleus cut)"),
     ("generate.py", ["max_new_tokens=-1"], "max_new_tokens=-1: expected an integer >= 1"),
     ("generate.py", ["num_samples=0"], "num_samples=0: expected an integer >= 1"),
+    ("export.py", ["out={tmp}/hf"], "model= is required: a .ckpt, a stage's folder, runs:/ID or models:/NAME@ALIAS"),
+    ("export.py", ["model={tmp}/nowhere.ckpt", "out={tmp}/hf"],
+     "model={tmp}/nowhere.ckpt: no such file or folder, MLflow run or published model"),
+    ("export.py", ["model={tmp}/model.ckpt", "out={tmp}/model.ckpt"],
+     "out={tmp}/model.ckpt: a file, not a folder; name a new folder (or an earlier export to replace)"),
+    ("export.py", ["model={tmp}/model.ckpt", "out={tmp}/hf", "format=onnx"],
+     "format=onnx: only hf (a Hugging Face folder) is written"),
 ])
 def test_a_rejected_prediction_generation_or_export_is_one_line_before_torch_loads(tmp_path, entry_point, overrides,
                                                                                  message):

@@ -15,6 +15,9 @@ files written; a folder with files added is refused). A file, a folder of other 
 model's own folder (or one holding it) and a DVC output (or a folder in or around one) are refused
 in one line, untouched. A new folder inside the model's stage folder is fine: DVC tracks that
 stage's checkpoints/ and metrics, not the folder.
+
+torch and `transformers` load when the model is exported, not with this module: `pipelines/export.py`
+checks out= before the model loads (`check_out_is_a_folder`).
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 import yaml
 
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.utils.io import atomic_directory
+
+if TYPE_CHECKING:
+    import torch
 
 HF_CLASSES = {
     "sequence_classification": "BertForSequenceClassification",
@@ -87,13 +93,18 @@ def dvc_output_near(out: Path) -> str | None:
     return None
 
 
+def check_out_is_a_folder(out: str | Path) -> None:
+    """What check_out refuses first, and without the model: an `out` that is a file."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise TransformerLabError(f"out={out}: a file, not a folder; name a new folder (or an earlier export "
+                                  "to replace)")
+
+
 def check_out(out: str | Path, family: str, source: str) -> None:
     """Refuses, in one line and before anything is written, an `out` whose replacing would lose
     something (see the module docstring)."""
+    check_out_is_a_folder(out)
     folder = Path(out).resolve()
-    if folder.exists() and not folder.is_dir():
-        raise TransformerLabError(f"out={out}: a file, not a folder; name a new folder (or an earlier export "
-                                  "to replace)")
     for held in model_paths(source):
         if folder == held:
             raise TransformerLabError(f"out={out}: the folder of model={source} (its checkpoints, metrics and "
