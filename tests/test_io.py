@@ -29,20 +29,25 @@ def umask():
     os.umask(old)
 
 
-def test_a_folder_is_replaced_whole_and_nothing_is_left_beside_it(tmp_path):
+@pytest.fixture
+def prepared(tmp_path):
+    """A folder that an earlier run wrote."""
     out = tmp_path / "prepared"
     out.mkdir()
     (out / "old.txt").write_text("old")
+    return out
+
+
+def test_a_folder_is_replaced_whole_and_nothing_is_left_beside_it(tmp_path, prepared):
+    out = prepared
     with atomic_directory(out) as folder:
         (folder / "new.txt").write_text("new")
     assert snapshot(out) == {"new.txt": b"new"}
     assert [p.name for p in tmp_path.iterdir()] == ["prepared"]
 
 
-def test_a_failure_inside_leaves_the_old_folder_as_it_was(tmp_path):
-    out = tmp_path / "prepared"
-    out.mkdir()
-    (out / "old.txt").write_text("old")
+def test_a_failure_inside_leaves_the_old_folder_as_it_was(tmp_path, prepared):
+    out = prepared
     with pytest.raises(RuntimeError, match="half way"):
         with atomic_directory(out) as folder:
             (folder / "new.txt").write_text("new")
@@ -51,11 +56,9 @@ def test_a_failure_inside_leaves_the_old_folder_as_it_was(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["prepared"]
 
 
-def test_a_failed_move_into_place_leaves_the_old_folder(tmp_path, monkeypatch):
+def test_a_failed_move_into_place_leaves_the_old_folder(tmp_path, prepared, monkeypatch):
     """The old folder goes only once the new one is in place: a move that fails leaves the old one."""
-    out = tmp_path / "prepared"
-    out.mkdir()
-    (out / "old.txt").write_text("old")
+    out = prepared
     real_rename = os.rename
 
     def rename_fails_for_the_new_folder(src, dst):
