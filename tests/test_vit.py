@@ -178,8 +178,9 @@ def test_bad_image_folder_is_one_line_and_exit_2(tmp_path):
                   f"data.local_dir={tmp_path}/missing", f"data.prepared_dir={tmp_path}/out",
                   f"hydra.run.dir={tmp_path}/run"])
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines() == [f"error: {tmp_path}/missing: image folder not found "
-                                                  "(expected <dir>/<class>/<image>)"]
+    # checked before torch loads, as every local input of prepare.py is
+    assert result.stderr.strip().splitlines() == [f"error: {tmp_path}/missing: not found "
+                                                  "(data.local_dir, read with data.source=local)"]
 
 
 # ------------------------------------------------------------------ training and evaluation
