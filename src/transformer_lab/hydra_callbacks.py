@@ -16,7 +16,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from transformer_lab.errors import TransformerLabError
+from transformer_lab.utils.cli import user_error
 from transformer_lab.utils.io import atomic_write_json
 
 SWEEP_PARENT = "mlflow_sweep_parent.json"
@@ -41,9 +41,7 @@ def job_error(job_return: JobReturn) -> BaseException | None:
 def one_line_reason(error: BaseException) -> tuple[str, bool]:
     """Why a job failed, in one line, and whether the user caused it (a TransformerLabError, also
     behind an error that wraps it, as Hydra's instantiate does)."""
-    cause = error
-    while cause is not None and not isinstance(cause, TransformerLabError):
-        cause = cause.__cause__
+    cause = user_error(error)
     if cause is not None:
         return str(cause).strip().split("\n")[0], True
     first = str(error).strip().split("\n")[0]
@@ -131,16 +129,16 @@ class SweepRecord(Callback):
         if config.hydra.mode != RunMode.MULTIRUN:
             return  # a single run's failure is the command's own
         error = job_error(job_return)
-        reason, user_error = one_line_reason(error) if error else (None, True)
+        reason, by_user = one_line_reason(error) if error else (None, True)
         if error is not None:
-            if not user_error:  # Hydra kept the exception quietly; a bug's traceback is for the console and the job's log
+            if not by_user:  # Hydra kept the exception quietly; a bug's traceback is for the console and the job's log
                 log.error("job %s failed", config.hydra.job.num, exc_info=error)
             job_return.status, job_return.return_value = JobStatus.COMPLETED, None
         if _rank():
             return  # the processes of a torchrun-started sweep run every job together; rank 0 records it
         output_dir = Path(config.hydra.runtime.output_dir)
         atomic_write_json(output_dir / JOB_OUTCOME, {"job": int(config.hydra.job.num), "failure": reason,
-                                                     "user_error": user_error, "overrides": list(job_return.overrides)})
+                                                     "user_error": by_user, "overrides": list(job_return.overrides)})
         if error is not None and config.get("logger") and "mlflow" in config.logger:
             from transformer_lab import tracking
 

@@ -79,7 +79,7 @@ def _run_task(fn, args, kwargs):
     except MissingMandatoryValue as err:
         _refuse(f"{err.full_key} is required: pass {err.full_key}=VALUE", err)
     except Exception as err:
-        cause = _user_error(err)
+        cause = user_error(err)
         if cause is None:
             raise
         _refuse(str(cause), err)
@@ -146,9 +146,9 @@ def run(main) -> None:
 
 def _refusal_line(err: Exception, composition_errors: bool = True) -> str | None:
     """One line for a mistake in the command line or the config; None for a crash."""
-    user_error = _user_error(err)
-    if user_error is not None:
-        return str(user_error)
+    cause = user_error(err)
+    if cause is not None:
+        return str(cause)
     if not composition_errors or _raised_in_task(err) or not _raised_by(err, ("hydra.", "omegaconf.")):
         return None  # out of the project's code (a Hydra or OmegaConf error in a task is its code's): a crash
     if isinstance(err, OverrideParseException):
@@ -209,7 +209,7 @@ def _joined(sentences: list[str]) -> str:
     return text
 
 
-def _user_error(err: BaseException | None) -> TransformerLabError | None:
+def user_error(err: BaseException | None) -> TransformerLabError | None:
     """The TransformerLabError behind `err`, also when Hydra's instantiate wrapped it."""
     while err is not None:
         if isinstance(err, TransformerLabError):
