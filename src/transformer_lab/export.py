@@ -27,9 +27,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
 
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.utils.dvc_outputs import declared_outputs
 from transformer_lab.utils.io import atomic_directory
 
 if TYPE_CHECKING:
@@ -62,27 +62,13 @@ def model_paths(source: str) -> list[Path]:
     return [checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else checkpoint.parent, checkpoint]
 
 
-def dvc_outputs(project: Path) -> list[tuple[str, str]]:
-    """(stage, path) of each output, metric and plot that project/dvc.yaml declares."""
-    try:
-        stages = yaml.safe_load((project / "dvc.yaml").read_text()).get("stages") or {}
-    except (OSError, yaml.YAMLError, AttributeError):  # DVC itself reports a dvc.yaml it cannot read
-        return []
-    declared = []
-    for name, stage in stages.items():
-        stage = stage.get("do", stage) if isinstance(stage, dict) else {}  # foreach: the stage is under do
-        for entry in (*(stage.get("outs") or ()), *(stage.get("metrics") or ()), *(stage.get("plots") or ())):
-            declared.append((name, entry if isinstance(entry, str) else next(iter(entry))))
-    return declared
-
-
 def dvc_output_near(out: Path) -> str | None:
     """How `out` (resolved) meets a DVC output, which `dvc repro` deletes before rerunning its stage
     and `dvc commit` takes whole: 'inside X, an output of DVC stage S (dvc.yaml)'; None if it does not."""
     for project in (out, *out.parents):
         if (project / "dvc.yaml").is_file():
             where = out.relative_to(project).parts
-            for stage, declared in dvc_outputs(project):
+            for stage, declared in declared_outputs(project):
                 parts = Path(declared).parts
                 if all(re.fullmatch("[^/]+".join(map(re.escape, DVC_TEMPLATE.split(part))), name)
                        for part, name in zip(parts, where)):

@@ -3,6 +3,8 @@
 `dvc repro` deletes a stage's outputs before it runs the command, and keeps them in its cache.
 When the command fails, the outputs `dvc.lock` still records for the stage (those of its last
 successful run) are copied back from the cache, so the workspace is what it was before the rerun.
+`declared_outputs` lists what dvc.yaml declares, for what must not write into a stage's outputs
+(export) or names the stage that writes a missing input (utils/validate.py).
 """
 
 from __future__ import annotations
@@ -57,6 +59,20 @@ def _restore(output: dict, workdir: Path, cache_dir: Path) -> bool:
         shutil.copyfileobj(source, tmp)
     os.replace(tmp.name, path)
     return True
+
+
+def declared_outputs(project: Path) -> list[tuple[str, str]]:
+    """(stage, path) of each output, metric and plot that project/dvc.yaml declares."""
+    try:
+        stages = yaml.safe_load((project / "dvc.yaml").read_text()).get("stages") or {}
+    except (OSError, yaml.YAMLError, AttributeError):  # DVC itself reports a dvc.yaml it cannot read
+        return []
+    declared = []
+    for name, stage in stages.items():
+        stage = stage.get("do", stage) if isinstance(stage, dict) else {}  # foreach: the stage is under do
+        for entry in (*(stage.get("outs") or ()), *(stage.get("metrics") or ()), *(stage.get("plots") or ())):
+            declared.append((name, entry if isinstance(entry, str) else next(iter(entry))))
+    return declared
 
 
 def restore_stage_outputs(stage: str, workdir: str | Path = ".", dvc_root: str | Path | None = None) -> list[str]:

@@ -10,10 +10,10 @@ import types
 import typing
 from pathlib import Path
 
-import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.utils.dvc_outputs import declared_outputs
 
 _SCALARS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
@@ -225,16 +225,12 @@ def check_inputs(cfg: DictConfig, *keys: str) -> None:
 
 def stage_writing(path: str | Path, root: str | Path) -> str | None:
     """The stage of root/dvc.yaml whose outputs hold `path`, if one does (a stage with a matrix aside:
-    its outputs are templates)."""
-    dvc_yaml = Path(root, "dvc.yaml")
+    its outputs are templates, which no path equals)."""
     try:
         relative = Path(path).resolve().relative_to(Path(root).resolve())
-        stages = yaml.safe_load(dvc_yaml.read_text())["stages"]
-    except (ValueError, OSError, KeyError, TypeError):
+    except ValueError:
         return None
-    for name, stage in stages.items():
-        outputs = [] if "matrix" in stage else stage.get("outs", []) + stage.get("metrics", [])
-        for output in (next(iter(o)) if isinstance(o, dict) else o for o in outputs):
-            if relative == Path(output) or Path(output) in relative.parents:
-                return name
+    for name, output in declared_outputs(Path(root)):
+        if relative == Path(output) or Path(output) in relative.parents:
+            return name
     return None
