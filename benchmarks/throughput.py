@@ -363,7 +363,8 @@ def profile_ours(kind: str, size: str, args, device, out: Path) -> dict:
     shares["python and dispatch (outside aten operators)"] = max(wall - ops_seconds, 0.0)
     table = averages.table(sort_by="self_cpu_time_total", row_limit=30)
     out.with_suffix(f".{kind}_{size}_profile.txt").write_text(table)
-    return {f"{kind}_{size}_profile_share": {g: round(t / wall, 3) for g, t in
+    # significant digits, not decimals: one tiny step's optimizer share can be a few ten-thousandths
+    return {f"{kind}_{size}_profile_share": {g: significant(t / wall, 3) for g, t in
                                               sorted(shares.items(), key=lambda kv: -kv[1])}}
 
 
