@@ -11,7 +11,7 @@ EXTRAS := dev$(if $(GPU),$(comma)gpu)
 UV_VERSION ?= 0.13.9
 UV = $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test test-all deps ui server clean
+.PHONY: install run test test-all deps ui server results-table clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,9 @@ ui: install             ## the MLflow UI over the project's local store, on 127.
 
 server: install         ## a team tracking server: mlflow server on PostgreSQL, artifacts proxied, on 127.0.0.1:5000
 	$(BIN)/python -m transformer_lab.team_server --dir .team-server --host 127.0.0.1 --port 5000
+
+results-table: install  ## docs/results.md from every benchmarks/results/*.json (one table per benchmark)
+	$(BIN)/python benchmarks/results_table.py
 
 clean:
 	rm -rf outputs artifacts data/prepared mlflow.db mlruns
