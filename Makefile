@@ -36,8 +36,8 @@ install: $(BIN)/.installed
 
 run: install            ## the whole DVC pipeline on the embedded default data
 	test -d .dvc || $(BIN)/dvc init --no-scm -q
-	# the stages start in one warm interpreter (transformer_lab/warm_start.py): Lightning and torch imported once
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_lab.warm_start $(BIN)/dvc repro
+	# the stages start in one warm interpreter (transformer_lab/runtime/warm_start.py): Lightning and torch imported once
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m transformer_lab.runtime.warm_start $(BIN)/dvc repro
 
 test: install           ## the quick suite: every test but the end-to-end runs of the real tools (under 5 min)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -m "not slow"
@@ -46,13 +46,13 @@ test-all: install       ## everything, the end-to-end runs too (dvc repro, mlflo
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest
 
 deps: install           ## rewrite dvc.yaml's source/config deps to what each stage runs and reads
-	$(BIN)/python -m transformer_lab.stage_deps
+	$(BIN)/python -m transformer_lab.runtime.stage_deps
 
 ui: install             ## the MLflow UI over the project's local store, on 127.0.0.1:5000
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
 
 server: install         ## a team tracking server: mlflow server on PostgreSQL, artifacts proxied, on 127.0.0.1:5000
-	$(BIN)/python -m transformer_lab.team_server --dir .team-server --host 127.0.0.1 --port 5000
+	$(BIN)/python -m transformer_lab.tracking.team_server --dir .team-server --host 127.0.0.1 --port 5000
 
 results-table: install  ## docs/results.md from every benchmarks/results/*.json (one table per benchmark)
 	$(BIN)/python benchmarks/results_table.py

@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformer_lab.data.atis import prepare_atis, read_seq_in_dir
     from transformer_lab.errors import TransformerLabError
     from transformer_lab.evaluation.atis import score_predictions
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
     from transformer_lab.utils.io import atomic_write_json
 
     with tempfile.TemporaryDirectory(prefix="atis-bench-") as tmp:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         train(cfg)
         train_seconds = time.perf_counter() - start
 
-        from transformer_lab.checkpoints import load_task
+        from transformer_lab.tasks.checkpoints import load_task
         from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
         task = load_task(Path(tmp, "run", "checkpoints", "last.ckpt"), JointIntentSlotTask, "train_atis")

@@ -60,10 +60,10 @@ def read_splits(task: str, data: str) -> dict[str, list[dict]]:
 
 
 def run_one(args, start: str, seed: int, work: Path) -> dict:
-    from transformer_lab.checkpoints import load_task
+    from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     run_dir = work / f"{args.task}-{start}-seed{seed}"
     overrides = [
@@ -151,9 +151,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from transformer_lab.checkpoints import read_checkpoint
     from transformer_lab.data.atis import prepare_atis
     from transformer_lab.errors import TransformerLabError
+    from transformer_lab.tasks.checkpoints import read_checkpoint
     from transformer_lab.utils.io import atomic_write_json
 
     out = Path(args.out)

@@ -65,7 +65,7 @@ def plot(result: dict, model, task, path: Path) -> Path:
 
 
 def sst2(args) -> dict:
-    from transformer_lab.few_shot import few_shot_accuracy, load_language_model, majority_accuracy, read_sst2
+    from transformer_lab.inference.few_shot import few_shot_accuracy, load_language_model, majority_accuracy, read_sst2
 
     lm = load_language_model(args.model)
     train, dev = read_sst2(args.sst2 / "train.tsv"), read_sst2(args.sst2 / "dev.tsv")[: args.sst2_examples]
@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import torch.nn.functional as F
+    from in_context_prompts import IGNORE_INDEX, MappingTask, accuracy_by_shots
     from tqdm import tqdm
 
-    from transformer_lab.in_context import IGNORE_INDEX, MappingTask, accuracy_by_shots
     from transformer_lab.models.gpt import GPTConfig, GPTLMHeadModel
 
     torch.set_num_threads(args.threads)

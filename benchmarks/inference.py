@@ -115,11 +115,11 @@ def minilm_models(folder: Path, seed: int) -> dict[str, tuple[Path, Path]]:
     """task -> (our checkpoint, its export_hf folder) for the MiniLM classifier and tagger."""
     import torch
 
-    from transformer_lab import published
+    from transformer_lab.data import published
     from transformer_lab.data.conll import TaggingPreprocessor
     from transformer_lab.data.text_classification import TextClassificationPreprocessor
-    from transformer_lab.export import export_hf
-    from transformer_lab.pipelines import LoadedModel
+    from transformer_lab.inference.export import export_hf
+    from transformer_lab.inference.pipeline import LoadedModel
     from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
     from transformer_lab.tasks.token_classification import TokenClassificationTask
 
@@ -152,8 +152,8 @@ def gpt_model(folder: Path, size: str, texts: list[str], seed: int) -> tuple[Pat
 
     from transformer_lab.data.gpt import GPTPreprocessor
     from transformer_lab.data.tokenizers import train_tokenizer
-    from transformer_lab.export import export_hf
-    from transformer_lab.pipelines import LoadedModel
+    from transformer_lab.inference.export import export_hf
+    from transformer_lab.inference.pipeline import LoadedModel
     from transformer_lab.tasks.gpt import GPTPretrainingTask
 
     preprocessor = GPTPreprocessor(train_tokenizer("bpe", texts, hf_parity.VOCAB_SIZE))

@@ -42,8 +42,8 @@ VARIANTS = {"image": ["model.modalities=[image]"], "text": ["model.modalities=[t
 
 def train_variant(variant: str, prepared: Path, schema: Path, seed: int, epochs: int, minutes: float,
                   overrides: list[str], out_dir: Path) -> dict:
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     budget = time.strftime("%H:%M:%S", time.gmtime(round(minutes * 60)))
     cfg = compose_config("train", [

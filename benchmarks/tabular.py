@@ -103,15 +103,15 @@ def census_like_table(rows: int, seed: int, directory: Path) -> tuple[Path, Path
 
 
 def run_fold(model: str, prepared: Path, fold: int, seed: int, overrides: list[str], out_dir: Path) -> dict:
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.runtime.config import compose_config
 
     common = [*MODELS[model], "logger=none", f"seed={seed}", f"data.prepared_dir={prepared}",
               f"data.datamodule.fold={fold}"]
     if model in BASELINES:
-        from transformer_lab.baselines import train_baseline
+        from transformer_lab.training.baselines import train_baseline
 
         return train_baseline(compose_config("train_baseline", common, out_dir))
-    from transformer_lab.train import train
+    from transformer_lab.training.train import train
 
     cfg = compose_config("train", [*common, "callbacks.rich_progress_bar=null", *overrides], out_dir)
     return train(cfg)

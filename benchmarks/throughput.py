@@ -152,7 +152,7 @@ def vit_pair(size: str, device):
     from transformers import ViTConfig as HFViTConfig
     from transformers import ViTForImageClassification
 
-    from transformer_lab.models.vit import SIZES, ViTConfig, VisionTransformer
+    from transformer_lab.models.vit import SIZES, VisionTransformer, ViTConfig
 
     name, side, channels = VIT_SHAPES[size]
     ours = VisionTransformer(ViTConfig(size=name, image_size=side, in_channels=channels, n_classes=10, dropout=0.1))
@@ -172,9 +172,8 @@ PAIRS = {"bert": bert_pair, "gpt": gpt_pair, "vit": vit_pair}  # ours and the re
 
 def batches_for(kind: str, size: str, args, generator) -> tuple[list[dict], int]:
     """Four batches and the tokens one training step processes."""
-    import torch
-
     import hf_parity
+    import torch
 
     if kind == "bert":
         return [hf_parity.random_batch(generator, args.batch_size, args.seq_len, padded=False)
@@ -237,10 +236,10 @@ def to_device(batch: dict, device) -> dict:
 
 
 def measure(kind: str, size: str, args, device, peak: float) -> dict:
+    import hf_parity
     import torch
 
-    import hf_parity
-    from transformer_lab.callbacks import flops_per_token, matmul_parameters
+    from transformer_lab.training.callbacks import flops_per_token, matmul_parameters
 
     generator = torch.Generator().manual_seed(args.seed)
     batches, tokens_per_step = batches_for(kind, size, args, generator)
@@ -338,10 +337,9 @@ def op_group(name: str) -> str:
 def profile_ours(kind: str, size: str, args, device, out: Path) -> dict:
     """torch.profiler over a few training steps of ours: each operator group's share of the step,
     and the full table of the 30 most expensive operators next to the JSON."""
+    import hf_parity
     import torch
     from torch.profiler import ProfilerActivity, profile
-
-    import hf_parity
 
     batches, _ = batches_for(kind, size, args, torch.Generator().manual_seed(args.seed))
     batches = [to_device(b, device) for b in batches]

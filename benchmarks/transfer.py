@@ -59,9 +59,9 @@ def parse_list(text: str | None, kind=str) -> list:
 
 def start_overrides(init: str, work: Path) -> list[str]:
     """Hydra overrides that make a run begin from `init` (see the module docstring)."""
-    from transformer_lab import published
-    from transformer_lab.checkpoints import read_checkpoint
+    from transformer_lab.data import published
     from transformer_lab.errors import TransformerLabError
+    from transformer_lab.tasks.checkpoints import read_checkpoint
 
     if init == "scratch":
         minilm = published.resolve("minilm")
@@ -107,8 +107,8 @@ def text_scores(task, examples: list[dict], positive: str | None) -> dict:
 
 
 def run_text(args, init: str, n: int | None, seed: int, work: Path) -> dict:
-    from transformer_lab.checkpoints import load_task
     from transformer_lab.data.text_classification import read_split_directory, stratified_subset
+    from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
     columns, positive = TEXT_TASKS[args.task]
@@ -133,10 +133,10 @@ def run_text(args, init: str, n: int | None, seed: int, work: Path) -> dict:
 
 
 def run_atis(args, init: str, seed: int, work: Path) -> dict:
-    from transformer_lab.checkpoints import load_task
     from transformer_lab.data.atis import prepare_atis, read_seq_in_dir
     from transformer_lab.evaluation.atis import score_predictions
     from transformer_lab.tasks.bert_joint_intent_slot import BertJointIntentSlotTask
+    from transformer_lab.tasks.checkpoints import load_task
 
     splits = read_seq_in_dir(args.data)
     prepared = work / "atis-prepared"
@@ -159,9 +159,9 @@ def run_atis(args, init: str, seed: int, work: Path) -> dict:
 
 
 def run_conll(args, init: str, seed: int, work: Path) -> dict:
-    from transformer_lab.checkpoints import load_task
     from transformer_lab.data.conll import read_conll_dir
-    from transformer_lab.metrics import SlotF1
+    from transformer_lab.tasks.checkpoints import load_task
+    from transformer_lab.tasks.metrics import SlotF1
     from transformer_lab.tasks.token_classification import TokenClassificationTask
 
     splits = read_conll_dir(args.data)
@@ -207,8 +207,8 @@ def run_squad(args, init: str, seed: int, work: Path) -> dict:
 
 
 def train_once(overrides: list[str], run_dir: Path, with_metrics: bool = False):
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     cfg = compose_config("train", [*overrides, "callbacks.rich_progress_bar=null", "tracking.log_trained_model=false"],
                          run_dir)
@@ -226,9 +226,10 @@ def reference(args, n: int, seed: int) -> dict:
     import torch.nn.functional as F
     from transformers import BertForSequenceClassification as HFClassifier
 
-    from transformer_lab import published
+    from transformer_lab.data import published
     from transformer_lab.data.text_classification import TextClassificationDataModule
     from transformer_lab.models.bert import BertClassifierConfig, BertForSequenceClassification
+    from transformer_lab.tasks.bert_pretraining import published_body
     from transformer_lab.tasks.schedules import adamw_with_warmup
 
     torch.manual_seed(seed)
@@ -238,7 +239,7 @@ def reference(args, n: int, seed: int) -> dict:
                                         columns=columns, batch_size=args.batch_size, seed=seed, train_examples=n)
     data.setup()
     ours = BertForSequenceClassification(BertClassifierConfig(**minilm.config_fields(), n_classes=2))
-    ours.bert.load_state_dict(minilm.body_state_dict())
+    ours.bert.load_state_dict(published_body(minilm))
     theirs = HFClassifier.from_pretrained(str(minilm.folder), num_labels=2, attn_implementation="sdpa")
     theirs.classifier.load_state_dict(ours.classifier.state_dict())
     steps = max(args.min_steps, math.ceil(args.epochs * len(data.features["train"]) / args.batch_size))

@@ -156,8 +156,15 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from transformer_lab.data.translation import (LengthBucketSampler, PairDataset, TranslationPreprocessor,
-                                                  collate, local_splits, read_pairs, train_translation_tokenizer)
+    from transformer_lab.data.translation import (
+        LengthBucketSampler,
+        PairDataset,
+        TranslationPreprocessor,
+        collate,
+        local_splits,
+        read_pairs,
+        train_translation_tokenizer,
+    )
     from transformer_lab.errors import TransformerLabError
     from transformer_lab.models.seq2seq import Seq2SeqConfig, TransformerSeq2Seq
     from transformer_lab.tasks.translation import corpus_scores

@@ -31,8 +31,8 @@ os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
 
 def train_vit(prepared_dir: Path, overrides: list[str], out_dir: Path) -> dict:
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     # the benchmark's recipe trains 150 epochs; `make run` trains experiment=vit's CPU-sized 40
     cfg = compose_config("train", ["experiment=vit", "logger=none", f"data.prepared_dir={prepared_dir}",

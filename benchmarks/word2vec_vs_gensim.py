@@ -39,8 +39,13 @@ def train_ours(sentences, args, seed: int):
     import lightning as L
     import numpy as np
 
-    from transformer_lab.data.word2vec import (Word2VecExamples, Word2VecPreprocessor, build_vocabulary,
-                                               encode_sentences, keep_probabilities)
+    from transformer_lab.data.word2vec import (
+        Word2VecExamples,
+        Word2VecPreprocessor,
+        build_vocabulary,
+        encode_sentences,
+        keep_probabilities,
+    )
     from transformer_lab.models.word2vec import Word2VecConfig
     from transformer_lab.tasks.word2vec import Word2VecTask
 
@@ -109,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
 
+    from transformer_lab.data.word_vectors import intrinsic_scores, keyed_vectors
     from transformer_lab.errors import TransformerLabError
     from transformer_lab.utils.io import atomic_write_json
-    from transformer_lab.word_vectors import intrinsic_scores, keyed_vectors
 
     logging.getLogger("gensim").setLevel(logging.WARNING)
     logging.getLogger("lightning").setLevel(logging.WARNING)

@@ -1,5 +1,6 @@
-"""Imported first by every entry point: the project root (where conf/ is found), the project's
-own Python, and an allocator that keeps freed memory for the next step (utils/memory.py).
+"""The bootstrap every entry point calls first, `_project.bootstrap()`: the project root (where conf/
+is found), the project's own Python, the warm interpreter of `make run`, and an allocator that keeps
+freed memory for the next step (utils/memory.py). Importing this module does nothing.
 `.venv/bin/dvc repro` runs each stage command with the first `python` on PATH, which need not be
 the project's; such a Python hands the command over to `.venv/bin/python`."""
 
@@ -9,8 +10,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("PROJECT_ROOT", str(ROOT))
-
 
 def _use_project_python() -> None:
     if all(importlib.util.find_spec(name) for name in ("hydra", "transformer_lab")):
@@ -25,19 +24,10 @@ def _use_project_python() -> None:
           "`source .venv/bin/activate` (or call .venv/bin/python)", file=sys.stderr)
     sys.exit(2)
 
-
-_use_project_python()
-
-
-def _hand_over_to_warm_interpreter() -> None:
-    # under `python -m transformer_lab.warm_start dvc repro` (make run): no imports of our own here
-    from transformer_lab.warm_start import hand_over
+    # under `python -m transformer_lab.runtime.warm_start dvc repro` (make run): no imports of our own here
+    from transformer_lab.runtime.warm_start import hand_over
 
     hand_over(sys.argv[0])
-
-
-_hand_over_to_warm_interpreter()
-
 
 def _keep_freed_memory() -> None:
     # here, not in the warm interpreter: a stage run cold gets it too (utils/memory.py)
@@ -45,5 +35,10 @@ def _keep_freed_memory() -> None:
 
     keep_freed_memory()
 
-
-_keep_freed_memory()
+def bootstrap() -> None:
+    """Before the entry point imports anything of the project's: in this order, since the warm
+    interpreter runs the stage only once it is known to be the project's Python."""
+    os.environ.setdefault("PROJECT_ROOT", str(ROOT))
+    _use_project_python()
+    _hand_over_to_warm_interpreter()
+    _keep_freed_memory()

@@ -2,8 +2,9 @@
 (defaults: sentiment from scratch, from the project's pre-trained BERT and from MiniLM)."""
 
 
-import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
+import _project  # noqa: E402
 
+_project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 

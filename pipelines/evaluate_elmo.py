@@ -1,8 +1,9 @@
 """ELMo: per-word perplexity and contextual neighbours: `python pipelines/evaluate_elmo.py [train_dir=DIR]`."""
 
 
-import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
+import _project  # noqa: E402
 
+_project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 

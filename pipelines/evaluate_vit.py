@@ -1,8 +1,9 @@
 """Evaluate a trained Vision Transformer: `python pipelines/evaluate_vit.py [train_dir=DIR] [split=test]`."""
 
 
-import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
+import _project  # noqa: E402
 
+_project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 

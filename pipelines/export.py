@@ -1,16 +1,17 @@
 """Write a trained model as a Hugging Face folder that `transformers` loads (see --help)."""
 
 
-import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
-
 import sys  # noqa: E402
 
+import _project  # noqa: E402
+
+_project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from transformer_lab.errors import TransformerLabError  # noqa: E402
-from transformer_lab.export import check_out_is_a_folder, export_hf  # noqa: E402  (torch loads in export_hf)
-from transformer_lab.options import check_model_source  # noqa: E402
+from transformer_lab.inference.export import check_out_is_a_folder, export_hf  # noqa: E402  (torch loads in export_hf)
+from transformer_lab.inference.options import check_model_source  # noqa: E402
 from transformer_lab.utils.cli import pipeline, rename_overrides, run  # noqa: E402
 
 # model= names what to export, but conf/ has a model/ group: in the config it is model_source
@@ -27,7 +28,7 @@ def main(cfg: DictConfig) -> None:
         raise TransformerLabError("model= is required: a .ckpt, a stage's folder, runs:/ID or models:/NAME@ALIAS")
     check_model_source(str(cfg.model_source))
     check_out_is_a_folder(cfg.out)  # out= missing: "out is required"
-    from transformer_lab.pipelines import load_model
+    from transformer_lab.inference.pipeline import load_model
 
     loaded = load_model(str(cfg.model_source), cfg.get("tracking_uri"))
     folder = export_hf(loaded, cfg.out)

@@ -2,10 +2,11 @@
 (--help for more). Accuracy per K to few_shot.json in the run's folder and to MLflow."""
 
 
-import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
-
 import sys  # noqa: E402
 
+import _project  # noqa: E402
+
+_project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 

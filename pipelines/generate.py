@@ -7,14 +7,15 @@ The checkpoint holds the tokenizer it was trained with.
 """
 
 
-import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
-
 import sys  # noqa: E402
 
+import _project  # noqa: E402
+
+_project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from transformer_lab.generate import check_settings, generate  # noqa: E402  (torch loads in generate())
+from transformer_lab.inference.generate import check_settings, generate  # noqa: E402  (torch loads in generate())
 from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
 from transformer_lab.utils.overrides import quote_free_text  # noqa: E402
 from transformer_lab.utils.validate import check_inputs  # noqa: E402

@@ -15,15 +15,16 @@ or csv) writes one JSON line per input to output=.
 """
 
 
-import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
-
 import json  # noqa: E402
 import sys  # noqa: E402
 
+import _project  # noqa: E402
+
+_project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from transformer_lab.predict import predict  # noqa: E402
+from transformer_lab.inference.predict import predict  # noqa: E402
 from transformer_lab.utils.cli import pipeline, rename_overrides, run  # noqa: E402
 from transformer_lab.utils.overrides import quote_free_text  # noqa: E402
 

@@ -2,8 +2,9 @@
 
 import json
 
-import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
+import _project  # noqa: E402
 
+_project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
@@ -16,7 +17,7 @@ from transformer_lab.utils.validate import check_local_inputs  # noqa: E402
 def main(cfg: DictConfig) -> None:
     check_local_inputs(cfg.data)  # a missing file: one line, before torch loads
     # imported here, not at the top: --help and a rejected config answer before torch loads
-    from transformer_lab.prepare import prepare
+    from transformer_lab.data.prepare import prepare
     lightning_logs_through_hydra()
 
     summary = prepare(cfg)

@@ -3,8 +3,9 @@ encode it: `python pipelines/train_tokenizers.py [tokenizers.bpe.vocab_size=1600
 
 import json
 
-import _project  # noqa: E402,F401  (PROJECT_ROOT; the project's own Python)
+import _project  # noqa: E402
 
+_project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 

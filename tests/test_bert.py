@@ -23,6 +23,7 @@ from transformer_lab.models.bert import (
     from_hf_state_dict,
     to_hf_state_dict,
 )
+from transformer_lab.models.interop import WeightsUnavailable
 from transformer_lab.tasks.bert_pretraining import BertPretrainingTask, load_pretrained_bert
 
 SPECIALS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
@@ -157,7 +158,7 @@ def test_named_sizes_and_overrides():
 
 
 def test_published_weights_offline_are_a_clear_error(offline_hub):
-    with pytest.raises(TransformerLabError, match="could not load BERT weights 'bert-base-uncased'.*offline"):
+    with pytest.raises(WeightsUnavailable, match="could not load BERT weights 'bert-base-uncased'.*offline"):
         BertForPreTraining.from_pretrained("bert-base-uncased")
 
 

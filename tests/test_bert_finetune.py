@@ -17,7 +17,7 @@ from transformer_lab.errors import DataError
 from transformer_lab.models.bert import BertClassifierConfig, BertJointConfig
 from transformer_lab.tasks.bert_joint_intent_slot import BertJointIntentSlotTask
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
-from transformer_lab.utils.config import compose_config
+from transformer_lab.runtime.config import compose_config
 
 GOOD = ["good", "great", "fine", "lovely", "superb"]
 BAD = ["bad", "awful", "poor", "dull", "weak"]
@@ -156,7 +156,7 @@ def test_joint_bert_trains_on_atis_and_predicts_a_tag_per_word(prepared_atis, tm
 def test_paper_sweep_is_the_12_run_grid(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from transformer_lab.utils.config import PROJECT_ROOT
+    from transformer_lab.runtime.config import PROJECT_ROOT
 
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
         cfg = compose("train", overrides=["experiment=bert_sentiment", "hparams_search=bert_paper"],

@@ -5,10 +5,10 @@ import os
 
 import pytest
 import yaml
+from conftest import PYTHON, ROOT, run, sweep_runs
 from hydra.utils import instantiate
 
-from conftest import PYTHON, ROOT, run, sweep_runs
-from transformer_lab.utils.config import compose_config
+from transformer_lab.runtime.config import compose_config
 
 
 @pytest.mark.parametrize("trainer", ["cpu", "gpu", "ddp", "ddp_spawn", "ddp_cpu", "fsdp", "deepspeed_stage_2",
@@ -26,7 +26,7 @@ def test_distributed_strategies_instantiate(tmp_path):
     ddp = instantiate(compose_config("train", ["trainer=ddp_cpu"], tmp_path).trainer.strategy)
     assert isinstance(ddp, DDPStrategy) and ddp._process_group_backend == "gloo"
     fsdp = instantiate(compose_config("train", ["trainer=fsdp"], tmp_path).trainer.strategy)
-    assert isinstance(fsdp, FSDPStrategy) and type(fsdp).__module__ == "transformer_lab.strategies"
+    assert isinstance(fsdp, FSDPStrategy) and type(fsdp).__module__ == "transformer_lab.training.strategies"
     assert fsdp.kwargs["auto_wrap_policy"]._module_classes == {TransformerBlock}
     spawn = compose_config("train", ["trainer=ddp_spawn"], tmp_path).trainer.strategy
     assert spawn == "ddp_spawn"
@@ -39,7 +39,7 @@ def test_fsdp_precision_clips_by_the_norm_of_the_whole_model():
 
     import torch
 
-    from transformer_lab.strategies import NormClippingFSDPPrecision
+    from transformer_lab.training.strategies import NormClippingFSDPPrecision
 
     model = torch.nn.Linear(4, 4)
     model(torch.randn(8, 4)).pow(2).sum().mul(100).backward()

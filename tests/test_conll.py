@@ -10,7 +10,7 @@ import torch
 
 from transformer_lab.data.conll import ConllDataModule, iob1_to_bio, read_conll, read_conll_dir
 from transformer_lab.errors import DataError
-from transformer_lab.metrics import SlotF1
+from transformer_lab.tasks.metrics import SlotF1
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "conll2003"
 

@@ -105,7 +105,8 @@ def test_a_char_model_without_characters_is_one_clear_error():
 def test_elmo_features_stay_frozen_and_the_tagger_restores_from_its_own_checkpoint(tmp_path):
     from test_elmo import save_tiny_bilm
     from test_pipelines import save_checkpoint
-    from transformer_lab.checkpoints import load_task
+
+    from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
     torch.manual_seed(1)

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import datasets
 import pytest
-
 from conftest import PYTHON, ROOT, SHARED_DATA, run
+
 from transformer_lab.data.atis import (
     AtisDataModule,
     AtisPreprocessor,

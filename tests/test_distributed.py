@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 import torch
+from conftest import PYTHON, ROOT, free_port, run, sweep_runs
 from mlflow import MlflowClient
 
-from conftest import PYTHON, ROOT, free_port, run, sweep_runs
 from transformer_lab.data.tabular import prepare
 
 pytestmark = pytest.mark.slow

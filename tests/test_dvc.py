@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from mlflow import MlflowClient
-
 from conftest import copy_project
+from test_pipeline_deps import RUNS_BERT
+from mlflow import MlflowClient
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -25,7 +25,7 @@ def dvc(project: Path, *args: str, succeeds: bool = True, activated: bool = Fals
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PROJECT_ROOT", "VIRTUAL_ENV")}
     others = [p for p in env["PATH"].split(os.pathsep) if Path(p) != BIN]
     env["PATH"] = os.pathsep.join([str(project / ".venv" / "bin"), *others] if activated else others)
-    wrapper = [str(project / ".venv" / "bin" / "python"), "-m", "transformer_lab.warm_start"] if warm else []
+    wrapper = [str(project / ".venv" / "bin" / "python"), "-m", "transformer_lab.runtime.warm_start"] if warm else []
     result = subprocess.run([*wrapper, str(project / ".venv" / "bin" / "dvc"), *args], cwd=project, env=env,
                             capture_output=True, text=True, timeout=1800)  # a hang guard, not a speed check: 6 min on CI, 18 on a busy 2-core VM
     assert (result.returncode == 0) == succeeds, \
@@ -135,6 +135,15 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     assert compiled.returncode == 0 and list((project / "src/transformer_lab/models").glob("__pycache__/*.pyc"))
     second = dvc(project, "repro")
     assert ran_stages(second.stdout) == [] and "up to date" in second.stdout
+
+    # A comment added to BERT's code makes BERT's stages stale and no other: the image, table,
+    # word2vec, ELMo, GPT, ViT and translation stages stay up to date (the layers import one way)
+    bert = project / "src/transformer_lab/models/bert.py"
+    original = bert.read_text()
+    bert.write_text(original + "# a comment\n")
+    stale = set(json.loads(dvc(project, "status", "--json").stdout))
+    assert stale == RUNS_BERT, sorted(stale ^ RUNS_BERT)
+    bert.write_text(original)
 
     # A rerun that fails (here a setting of the wrong type) leaves the stage's previous outputs in place.
     trained = project / "artifacts/atis/train"

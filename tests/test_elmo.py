@@ -16,6 +16,7 @@ WORDS = [BOS, EOS, UNK, "the", "cat", "sat", "on", "mat", "."]
 def save_tiny_bilm(path, words: list[str]):
     """A tiny biLM saved as `pretrain_elmo` saves one, for the tests of what reads ELMo features."""
     from test_pipelines import save_checkpoint
+
     from transformer_lab.tasks.elmo import ElmoPretrainingTask
 
     bilm = ElmoPretrainingTask({"vocab_size": len(words), "size": "tiny", "hidden_dim": 32, "projection_dim": 16},
@@ -176,6 +177,7 @@ def test_the_character_layer_is_context_free_and_the_top_layer_is_not(model_and_
 
 def test_a_trained_biLM_is_a_feature_extraction_pipeline(model_and_preprocessor, tmp_path):
     from test_pipelines import save_checkpoint
+
     from transformer_lab import pipeline
     from transformer_lab.tasks.elmo import ElmoPretrainingTask
 
@@ -188,3 +190,15 @@ def test_a_trained_biLM_is_a_feature_extraction_pipeline(model_and_preprocessor,
     expected = task.features(["the cat sat on the mat ."])[0].mean(0).mean(0)
     assert vector == pytest.approx(expected.tolist(), abs=1e-5) and len(vector) == 2 * model.config.projection_dim
     assert embed.similarity("the cat sat", "the cat sat") == pytest.approx(1.0)
+
+
+def test_the_data_encodes_characters_as_the_model_reads_them():
+    """data/elmo.py and models/elmo.py each define the character encoding (data/ does not import models/)."""
+    from transformer_lab.data import elmo as data
+    from transformer_lab.models import elmo as model
+
+    for name in ("CHAR_PAD", "BEGIN_OF_WORD", "END_OF_WORD", "BEGIN_OF_SENTENCE", "END_OF_SENTENCE", "N_MARKERS",
+                 "N_CHARS", "IGNORE_INDEX"):
+        assert getattr(data, name) == getattr(model, name), name
+    for inner, width in (([], 4), ([data.END_OF_SENTENCE], 6), ([b + data.N_MARKERS for b in "héllo".encode()], 5)):
+        assert data.spelling(inner, width) == model.spelling(inner, width)

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import open_dict
-
 from conftest import ROOT
+from omegaconf import open_dict
 from test_conll import write_toy_conll
 from test_elmo import save_tiny_bilm
+
+from transformer_lab.data.prepare import prepare
 from transformer_lab.data.tokenizers import prepare_tokenizers
 from transformer_lab.families import family_of_task
-from transformer_lab.prepare import prepare
-from transformer_lab.train import train
-from transformer_lab.utils.config import compose_config
+from transformer_lab.training.train import train
+from transformer_lab.runtime.config import compose_config
 
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
 

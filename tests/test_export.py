@@ -6,16 +6,16 @@ import os
 
 import pytest
 import torch
-
 from conftest import PYTHON, ROOT, run
 from test_inference import TEXTS, _cases, tokenizer_path  # noqa: F401  (the fixture)
 from test_io import mode, snapshot, umask  # noqa: F401  (the fixture)
 from test_pipelines import save_checkpoint
 from test_trust import assert_one_line_error
+
 from transformer_lab import pipeline
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.export import export_hf
-from transformer_lab.pipelines import LoadedModel
+from transformer_lab.inference.export import export_hf
+from transformer_lab.inference.pipeline import LoadedModel
 
 transformers = pytest.importorskip("transformers")
 FAMILY = {"bert_classifier": "sequence_classification", "bert_ner": "token_classification",

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 import yaml
+from conftest import PYTHON, ROOT, run
 from hydra.utils import get_class, get_method
 
-from conftest import PYTHON, ROOT, run
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.families import FAMILIES, Preprocessor, check_combination, metric_mode
 

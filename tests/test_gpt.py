@@ -5,11 +5,16 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
-
 from conftest import PYTHON, ROOT, run
+
 from transformer_lab.data.corpus import prepare
-from transformer_lab.data.gpt import (GPTClassificationDataModule, GPTClassificationPreprocessor, GPTPreprocessor,
-                                     LanguageModelDataModule, TokenBlocks)
+from transformer_lab.data.gpt import (
+    GPTClassificationDataModule,
+    GPTClassificationPreprocessor,
+    GPTPreprocessor,
+    LanguageModelDataModule,
+    TokenBlocks,
+)
 from transformer_lab.data.tokenizers import END_OF_TEXT, GPT_SPECIAL, prepare_tokenizers, train_tokenizer
 from transformer_lab.errors import DataError, TransformerLabError
 from transformer_lab.models.attention import MultiHeadSelfAttention
@@ -24,9 +29,10 @@ from transformer_lab.models.gpt import (
     from_hf_state_dict,
     to_hf_state_dict,
 )
+from transformer_lab.models.interop import WeightsUnavailable
 from transformer_lab.models.positional import RotaryEmbedding
 from transformer_lab.tasks.gpt import GPTClassificationTask, GPTPretrainingTask
-from transformer_lab.utils.config import compose_config
+from transformer_lab.runtime.config import compose_config
 
 
 def tiny(**overrides) -> GPTLMHeadModel:
@@ -114,7 +120,7 @@ def test_named_sizes_and_gpt1_post_norm():
 
 
 def test_published_weights_offline_are_a_clear_error(offline_hub):
-    with pytest.raises(TransformerLabError, match="could not load GPT-2 weights 'gpt2'"):
+    with pytest.raises(WeightsUnavailable, match="could not load GPT-2 weights 'gpt2'"):
         GPTLMHeadModel.from_pretrained("gpt2")
 
 
@@ -265,8 +271,8 @@ def test_mixture_of_experts_pretraining_logs_the_balance_loss(gpt_tokenizers, tm
 
 
 def test_tiny_gpt_pretraining_lowers_the_loss_and_generates(gpt_tokenizers, tmp_path):
-    from transformer_lab.generate import generate
-    from transformer_lab.train import train
+    from transformer_lab.inference.generate import generate
+    from transformer_lab.training.train import train
 
     overrides = ["experiment=gpt_pretrain", "logger=none", "data.tokenizer=char", "model.max_len=32",
                  f"data.datamodule.tokenizer_dir={gpt_tokenizers}/tokenizers/char", "data.datamodule.samples_per_epoch=640",
@@ -314,7 +320,7 @@ def test_compiled_training_gives_the_same_model(gpt_tokenizers, tmp_path):
     without code generation, so the numbers must not move) and keeps the parameter names."""
     from torch._dynamo.utils import counters
 
-    from transformer_lab.train import train
+    from transformer_lab.training.train import train
 
     overrides = ["experiment=gpt_pretrain", "logger=none", "data.tokenizer=char", "model.max_len=16",
                  f"data.datamodule.tokenizer_dir={gpt_tokenizers}/tokenizers/char", "data.datamodule.batch_size=8",

@@ -4,9 +4,8 @@ weight update, and a small GPT learns to read the demonstrations."""
 
 import pytest
 import torch
-
+from in_context_prompts import IGNORE_INDEX, MappingTask, accuracy_by_shots
 from test_inference import tokenizer_path  # noqa: F401  (the fixture)
-from transformer_lab.in_context import IGNORE_INDEX, MappingTask, accuracy_by_shots
 
 
 class CopyLastLabel(torch.nn.Module):
@@ -77,7 +76,8 @@ def test_few_shot_prompts_hold_k_demonstrations_never_the_query_and_move_no_weig
     import random
 
     from test_inference import _cases
-    from transformer_lab.few_shot import ProjectLM, build_prompt, few_shot_accuracy, pick_demonstrations
+
+    from transformer_lab.inference.few_shot import ProjectLM, build_prompt, few_shot_accuracy, pick_demonstrations
 
     train = [{"text": f"review number {i}", "label": str(i % 2)} for i in range(30)]
     verbalisers = {"0": " negative", "1": " positive"}
@@ -98,7 +98,7 @@ def test_few_shot_prompts_hold_k_demonstrations_never_the_query_and_move_no_weig
 
 def test_a_hub_language_model_offline_is_one_clear_error(offline_hub):
     from transformer_lab.errors import TransformerLabError
-    from transformer_lab.few_shot import HuggingFaceLM
+    from transformer_lab.inference.few_shot import HuggingFaceLM
 
     with pytest.raises(TransformerLabError, match="model=gpt2: cannot load it .*offline\\? pass a local folder"):
         HuggingFaceLM.load("gpt2")
@@ -116,9 +116,8 @@ def test_the_few_shot_command_writes_accuracy_per_k_and_an_mlflow_run(tokenizer_
     import json
     import os
 
-    from mlflow import MlflowClient
-
     from conftest import PYTHON, ROOT, run
+    from mlflow import MlflowClient
     from test_inference import _cases
     from test_pipelines import save_checkpoint
 

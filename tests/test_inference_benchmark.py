@@ -7,11 +7,11 @@ import importlib.util
 import json
 
 import pytest
-
 from conftest import PYTHON, ROOT, run
 from test_inference import TEXTS, _cases, tokenizer_path  # noqa: F401  (the fixture)
+
 from transformer_lab import pipeline
-from transformer_lab.pipelines import LoadedModel
+from transformer_lab.inference.pipeline import LoadedModel
 
 spec = importlib.util.spec_from_file_location("inference_benchmark", ROOT / "benchmarks" / "inference.py")
 benchmark = importlib.util.module_from_spec(spec)

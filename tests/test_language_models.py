@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-
 from conftest import ROOT
 
 spec = importlib.util.spec_from_file_location("language_models_benchmark", ROOT / "benchmarks" / "language_models.py")

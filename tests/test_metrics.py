@@ -4,7 +4,7 @@ import pytest
 import seqeval.metrics
 
 from transformer_lab.evaluation.atis import per_slot_f1, score_predictions
-from transformer_lab.metrics import SlotF1, extract_chunks
+from transformer_lab.tasks.metrics import SlotF1, extract_chunks
 
 
 def random_tags(rng: random.Random, length: int) -> list[str]:

@@ -8,9 +8,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from mlflow import MlflowClient
-
 from conftest import PYTHON, ROOT, free_port, run
+from mlflow import MlflowClient
 
 pytestmark = pytest.mark.slow
 

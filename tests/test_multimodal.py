@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import PYTHON, ROOT, SHARED_DATA, run
+
 from transformer_lab.data.multimodal import MultimodalDataModule, MultimodalPreprocessor, MultimodalSchema, prepare
 from transformer_lab.errors import DataError, TransformerLabError
 from transformer_lab.models.multimodal import MODALITIES, MultimodalConfig, MultimodalTransformer
 from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
-from transformer_lab.models.vit import ViTConfig, VisionTransformer
+from transformer_lab.models.vit import VisionTransformer, ViTConfig
+from transformer_lab.tasks.bert_pretraining import published_body
 
 FASHION = SHARED_DATA / "fashion"
 
@@ -346,7 +347,7 @@ def test_the_fashion_schema_reads_the_shared_catalogue(tmp_path):
 def test_word_embeddings_can_start_from_minilm_with_its_tokenizer(tmp_path, fusion):
     """data.text_tokenizer=minilm encodes the texts with MiniLM's word pieces; task.pretrained=minilm
     copies MiniLM's word-embedding table into every text encoder, projected to the model width."""
-    from transformer_lab import published
+    from transformer_lab.data import published
     from transformer_lab.tasks.multimodal import MultimodalClassificationTask
 
     products = write_products(tmp_path / "products")
@@ -361,7 +362,7 @@ def test_word_embeddings_can_start_from_minilm_with_its_tokenizer(tmp_path, fusi
 
     config = {**datamodule.model_kwargs(), "patch_size": 4, "fusion": fusion, "text_embedding_dim": 384}
     task = MultimodalClassificationTask(config, datamodule.preprocessor.to_state(), pretrained="minilm")
-    table = minilm.body_state_dict()["embeddings.token.weight"]
+    table = published_body(minilm)["embeddings.token.weight"]
     texts = [m for m in task.model.modules() if type(m).__name__ == "TextTokens"]
     assert len(texts) == 1 and torch.equal(texts[0].word_embeddings.weight, table)
     assert texts[0].word_projection.weight.shape == (task.model.config.d_model, 384)
@@ -397,10 +398,10 @@ def test_word_embeddings_can_start_from_a_pretrain_bert_checkpoint(tmp_path):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """Every variant trained briefly on the builtin task, then the evaluation stage."""
+    from transformer_lab.data.prepare import prepare as prepare_stage
     from transformer_lab.evaluation.multimodal import evaluate
-    from transformer_lab.prepare import prepare as prepare_stage
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     root = tmp_path_factory.mktemp("multimodal")
     data = [f"paths.data_dir={root / 'data'}"]
@@ -430,8 +431,8 @@ def test_every_variant_trains_and_all_three_beat_any_one(trained):
 
 @pytest.mark.slow  # trains a model first (a minute): the full suite's
 def test_the_attention_picture_splits_cls_over_the_modalities(trained):
-    from transformer_lab.checkpoints import load_task
     from transformer_lab.evaluation.multimodal import cls_attention
+    from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.multimodal import MultimodalClassificationTask
 
     root, _, _ = trained
@@ -474,3 +475,10 @@ def test_the_benchmark_writes_every_variant_over_seeds_and_refuses_bad_images(tm
     assert result.returncode == 2 and not out.exists()
     assert result.stderr.strip().startswith("error: ") and "3.png" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_data_orders_the_modalities_as_the_model_does():
+    """The `present` mask's columns (data/multimodal.py) in the order of the model's type embeddings."""
+    from transformer_lab.data import multimodal as data
+
+    assert data.MODALITIES == MODALITIES

@@ -5,9 +5,8 @@ import json
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-
 from conftest import ROOT
+from nbclient import NotebookClient
 from test_experiments import tiny_data_dir  # noqa: F401  (the fixture: tiny copies of the prepared data)
 from test_train import train_run
 
@@ -34,8 +33,8 @@ def smoke_models(tiny_data_dir, tmp_path_factory) -> dict[str, str]:
     """The models the two notebooks read, each a real smoke-sized training run (debug=smoke)."""
     from omegaconf import open_dict
 
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     root = tmp_path_factory.mktemp("notebook_models")
     runs = {"sentiment": "bert_sentiment_minilm", "encoder": "bert_sentiment_minilm", "ner": "bert_ner",

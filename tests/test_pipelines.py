@@ -9,11 +9,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
 from test_inference import TEXTS, _cases, tokenizer_path  # noqa: F401  (the fixture)
+
 from transformer_lab import pipeline
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.pipelines import entities
+from transformer_lab.inference.pipeline import entities
 
 FAMILY = {"atis": "joint_intent_slot", "bert_atis": "bert_joint_intent_slot", "bert_qa": "question_answering",
           "bert_classifier": "sequence_classification", "bert_ner": "token_classification",
@@ -151,8 +151,8 @@ def test_question_answering_answers_from_the_context(models):
 
 
 def test_question_answering_finds_an_answer_beyond_the_first_window(models, monkeypatch):
+    from transformer_lab.inference.pipeline import LoadedModel
     from transformer_lab.models.outputs import ModelOutput
-    from transformer_lab.pipelines import LoadedModel
 
     _, task = models["bert_qa"]
     lisbon = task.preprocessor.tokenizer.token_to_id("lisbon")
@@ -242,11 +242,11 @@ def test_tabular_baselines_are_pipelines_and_mlflow_models(tmp_path):
 
     import mlflow
     import pandas as pd
-
     from test_tabular import write_table
-    from transformer_lab import baselines
+
     from transformer_lab.data.tabular import TabularEncoder, TabularPreprocessor, prepare, read_schema
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training import baselines
+    from transformer_lab.runtime.config import compose_config
 
     csv, schema = write_table(tmp_path, rows=120)
     prepared = tmp_path / "prepared"
@@ -314,7 +314,7 @@ def test_text_longer_than_the_model_reads_is_cut_with_a_warning(models):
 def test_minilm_sentence_embeddings_equal_sentence_transformers():
     from sentence_transformers import SentenceTransformer
 
-    from transformer_lab import published
+    from transformer_lab.data import published
 
     sentences = ["A man is playing a guitar.", "Someone plays an instrument.", "The stock market fell sharply today."]
     embed = pipeline("feature-extraction", model="minilm")
@@ -343,7 +343,7 @@ def test_free_text_on_the_command_line_is_quoted_for_hydra():
 
 
 def test_a_blank_line_inside_an_input_file_is_one_error_naming_it(tmp_path):
-    from transformer_lab.predict import read_inputs
+    from transformer_lab.inference.predict import read_inputs
 
     files = {"gap.txt": ("first\n\nthird\n", 2), "gap.jsonl": ('{"text": "a"}\n{"text": "b"}\n  \n"c"\n', 3),
              "gap.csv": ("text,label\na,1\n\nb,2\n", 3)}
@@ -359,7 +359,7 @@ def test_a_blank_line_inside_an_input_file_is_one_error_naming_it(tmp_path):
 
 
 def test_csv_rows_are_numbered_by_their_line_and_must_fill_the_header(tmp_path):
-    from transformer_lab.predict import read_inputs
+    from transformer_lab.inference.predict import read_inputs
 
     (tmp_path / "quoted.csv").write_text('text\n"two\nlines"\n""\n')  # a quoted cell across lines
     quoted = re.escape(str(tmp_path / "quoted.csv"))
@@ -408,7 +408,7 @@ def test_options_are_checked_by_name_and_range_when_given_and_when_called(models
 def test_every_pipeline_option_has_a_rule():
     import inspect
 
-    from transformer_lab.pipelines import PIPELINES
+    from transformer_lab.inference.pipeline import PIPELINES
 
     for task, pipeline_class in PIPELINES.items():
         names = list(inspect.signature(pipeline_class.run).parameters)[2:]  # after self, inputs

@@ -103,7 +103,7 @@ def test_tabular_rows_read_raw_encode_as_the_prepared_split(tmp_path):
     """The evaluator hands the prepared rows to predict, which re-reads them by the schema: the
     features must be bit-identical to the encoder's own encoding of the split."""
     from transformer_lab.data.tabular import TabularPreprocessor, fold_rows, prepare, read_prepared
-    from transformer_lab.utils.config import PROJECT_ROOT
+    from transformer_lab.runtime.config import PROJECT_ROOT
 
     prepare("builtin", str(tmp_path / "p"), str(PROJECT_ROOT / "conf" / "schemas" / "penguins.yaml"))
     table, schema, encoder = read_prepared(tmp_path / "p")
@@ -149,7 +149,7 @@ def trained_classifier(tmp_path, wordpiece):
 
 
 def test_a_checkpoint_alone_predicts_from_raw_text(trained_classifier):
-    from transformer_lab.checkpoints import load_task
+    from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
     task, checkpoint, tokenizer_path = trained_classifier
@@ -161,7 +161,7 @@ def test_a_checkpoint_alone_predicts_from_raw_text(trained_classifier):
 
 
 def test_a_checkpoint_without_its_preprocessor_is_one_clear_error(trained_classifier, tmp_path):
-    from transformer_lab.checkpoints import load_task
+    from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
     _, checkpoint, _ = trained_classifier
@@ -175,7 +175,7 @@ def test_a_checkpoint_without_its_preprocessor_is_one_clear_error(trained_classi
 
 
 def _vectors(path, tokens: list[str], dim: int) -> np.ndarray:
-    from transformer_lab.word_vectors import save_word2vec_format
+    from transformer_lab.data.word_vectors import save_word2vec_format
 
     vectors = np.random.default_rng(1).normal(size=(len(tokens), dim)).astype(np.float32)
     save_word2vec_format(path, tokens, vectors)

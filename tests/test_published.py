@@ -7,10 +7,11 @@ import lightning as L
 import pytest
 import torch
 
-from transformer_lab import published
+from transformer_lab.data import published
 from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertClassifierConfig, BertConfig, BertModel
+from transformer_lab.tasks.bert_pretraining import published_body
 from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
 SENTENCES = ["A charming and often affecting journey.", "Unflinchingly bleak and desperate!",
@@ -35,7 +36,7 @@ def test_minilm_hidden_states_equal_transformers_with_padding(minilm):
 
     reference = HFBertModel.from_pretrained(str(minilm.folder)).eval()
     ours = BertModel(BertConfig(**minilm.config_fields())).eval()
-    ours.load_state_dict(minilm.body_state_dict())
+    ours.load_state_dict(published_body(minilm))
     batch = AutoTokenizer.from_pretrained(str(minilm.folder))(SENTENCES, padding=True, return_tensors="pt")
     assert (batch["attention_mask"] == 0).any()  # rows of different lengths: padding is exercised
     with torch.no_grad():
@@ -71,7 +72,7 @@ def test_a_local_folder_loads_like_the_package(minilm, tmp_path):
         (folder / name).symlink_to(minilm.folder / name)
     local = published.resolve(str(folder))
     assert local.config_fields() == minilm.config_fields()
-    assert local.body_state_dict().keys() == minilm.body_state_dict().keys()
+    assert published_body(local).keys() == published_body(minilm).keys()
     assert published.start_for(str(folder), "transformer_lab.models.bert.BertClassifierConfig") == local
     assert published.start_for(str(folder), "transformer_lab.models.gpt.GPTClassifierConfig") is None
 
@@ -94,7 +95,7 @@ def make_task(minilm, freeze: str) -> SequenceClassificationTask:
 @pytest.mark.parametrize("freeze", ["none", "embeddings", "encoder"])
 def test_frozen_parameters_do_not_move(minilm, freeze):
     task = make_task(minilm, freeze)
-    assert torch.equal(task.model.bert.embeddings.token.weight, minilm.body_state_dict()["embeddings.token.weight"])
+    assert torch.equal(task.model.bert.embeddings.token.weight, published_body(minilm)["embeddings.token.weight"])
     before = {name: p.detach().clone() for name, p in task.model.named_parameters()}
     batch = task.preprocessor.batch(SENTENCES * 4)
     batch["labels"] = torch.tensor([1, 0, 1] * 4)
@@ -124,8 +125,8 @@ def test_freeze_rejects_what_it_does_not_know(minilm):
 def test_a_training_run_from_minilm_takes_its_tokenizer_and_sizes(tmp_path):
     from tokenizers import Tokenizer
 
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     cfg = compose_config("train", ["experiment=bert_sentiment_minilm", "debug=smoke", "logger=none"], tmp_path / "run")
     assert cfg.task.pretrained == "minilm"

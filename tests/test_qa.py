@@ -9,12 +9,18 @@ import torch
 from tokenizers import Tokenizer
 
 from transformer_lab.data.bert import special_ids
-from transformer_lab.data.qa import (QADataModule, char_to_token_span, encode_examples, generate_qa, load_qa,
-                                     read_squad)
+from transformer_lab.data.qa import QADataModule, char_to_token_span, encode_examples, generate_qa, load_qa, read_squad
 from transformer_lab.data.tokenizers import train_tokenizer
 from transformer_lab.errors import DataError, TransformerLabError
-from transformer_lab.tasks.question_answering import (QuestionAnsweringTask, best_over_golds, best_spans,
-                                                      exact_match, f1_score, normalize_answer, spans_to_answers)
+from transformer_lab.tasks.question_answering import (
+    QuestionAnsweringTask,
+    best_over_golds,
+    best_spans,
+    exact_match,
+    f1_score,
+    normalize_answer,
+    spans_to_answers,
+)
 
 SMALL = {"n_train": 200, "n_validation": 40, "n_test": 40}
 
@@ -267,8 +273,8 @@ def test_tiny_training_learns_and_predicts_offsets_that_slice_to_answers(tokeniz
 
 def test_experiment_config_trains_through_the_pipeline(tmp_path, tokenizer_path, one_thread):
     """experiment=bert_qa composes, and its datamodule, model config and task fit together in train()."""
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     overrides = ["experiment=bert_qa", "debug=smoke", "logger=none", "task.pretrained=null",
                  f"data.datamodule.tokenizer_path={tokenizer_path}", "data.builtin.n_train=64",

@@ -9,7 +9,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import PYTHON, ROOT, free_port, run, sweep_runs
 
 pytestmark = pytest.mark.slow

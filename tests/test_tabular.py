@@ -9,10 +9,20 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import PYTHON, ROOT, SHARED_DATA, run
-from transformer_lab.data.tabular import (LABEL, MISSING, UNKNOWN, TableSchema, TabularDataModule, TabularEncoder,
-                                          fold_rows, prepare, read_prepared, read_table)
+
+from transformer_lab.data.tabular import (
+    LABEL,
+    MISSING,
+    UNKNOWN,
+    TableSchema,
+    TabularDataModule,
+    TabularEncoder,
+    fold_rows,
+    prepare,
+    read_prepared,
+    read_table,
+)
 from transformer_lab.errors import DataError
 from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
 
@@ -168,9 +178,9 @@ def test_mlp_ablation_has_no_transformer_and_same_head_width():
 def test_training_and_baselines_learn_a_small_table(tmp_path):
     """TabTransformer through the Lightning trainer, XGBoost and logistic regression through their
     pipeline code: all beat chance clearly on a learnable table."""
-    from transformer_lab.baselines import train_baseline
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.baselines import train_baseline
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     csv, schema = write_table(tmp_path, rows=240)
     prepared = tmp_path / "prepared"
@@ -271,8 +281,8 @@ def test_a_non_finite_number_never_reaches_a_model_at_inference(prepared_toy, va
     """What the tabular pipeline, the MLflow model and the baselines call: the preprocessor's encoding."""
     from sklearn.linear_model import LogisticRegression
 
-    from transformer_lab.baselines import FittedBaseline, fit
     from transformer_lab.data.tabular import encoded_splits
+    from transformer_lab.training.baselines import FittedBaseline, fit
 
     preprocessor, rows, prepared = prepared_toy
     rows[1]["size"] = value
@@ -299,7 +309,7 @@ def test_a_nan_value_in_a_row_is_pandas_missing_cell_not_a_number(prepared_toy):
 def test_a_missing_cell_of_a_served_row_is_imputed_not_taken_for_a_missing_column(prepared_toy):
     """The served model reads a table of rows; pandas fills a cell it lacks with NaN, which is a
     missing cell of that row, not a column the row has not got."""
-    from transformer_lab.serving import records_to_inputs
+    from transformer_lab.tracking.serving import records_to_inputs
 
     preprocessor, rows, _ = prepared_toy
     served = records_to_inputs("tabular-classification", pd.DataFrame([{**rows[0], "size": float("nan")}]))
@@ -361,8 +371,9 @@ def test_a_directory_given_for_a_file_and_a_one_class_target_say_what_is_wrong(t
 @pytest.mark.slow  # three CLI processes and a baseline fitted: the full suite's
 def test_a_non_finite_cell_stops_the_prepare_and_predict_commands_with_one_line(tmp_path):
     from test_trust import assert_one_line_error
-    from transformer_lab.baselines import train_baseline
-    from transformer_lab.utils.config import compose_config
+
+    from transformer_lab.training.baselines import train_baseline
+    from transformer_lab.runtime.config import compose_config
 
     csv, schema = write_table(tmp_path, rows=120)
     prepared = tmp_path / "prepared"

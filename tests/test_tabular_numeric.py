@@ -9,15 +9,25 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import PYTHON, ROOT, run
 from test_tabular import write_table
-from transformer_lab.callbacks import EarlyStoppingSteps
-from transformer_lab.data.tabular import (TableSchema, TabularDataModule, auto_batch_size, infer_schema, prepare,
-                                          quantile_bin_edges)
+
+from transformer_lab.data.tabular import (
+    TableSchema,
+    TabularDataModule,
+    auto_batch_size,
+    infer_schema,
+    prepare,
+    quantile_bin_edges,
+)
 from transformer_lab.errors import DataError
-from transformer_lab.models.tab_transformer import (NumericEmbedding, PiecewiseLinearEncoding, TabTransformer,
-                                                    TabTransformerConfig)
+from transformer_lab.models.tab_transformer import (
+    NumericEmbedding,
+    PiecewiseLinearEncoding,
+    TabTransformer,
+    TabTransformerConfig,
+)
+from transformer_lab.training.callbacks import EarlyStoppingSteps
 
 BINS = [[-1.0, 0.0, 1.0, 2.0], [0.0, 1.0]]  # two continuous inputs: three bins, then one
 
@@ -197,8 +207,8 @@ def test_early_stopping_patience_is_counted_in_steps_and_progress_is_relative():
 
 def test_a_run_ended_mid_epoch_by_max_steps_is_not_an_early_stopping_error(tmp_path):
     # early stopping is judged after validation; at the end of a cut-short epoch there is no val/loss yet
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     prepared = tmp_path / "penguins"
     prepare("builtin", str(prepared), str(ROOT / "conf/schemas/penguins.yaml"))

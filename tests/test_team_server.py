@@ -1,5 +1,5 @@
 """The team tracking server for real: PostgreSQL (the `pgserver` wheel's binaries) under `mlflow
-server --serve-artifacts`, started by `python -m transformer_lab.team_server`; two trainings at once
+server --serve-artifacts`, started by `python -m transformer_lab.tracking.team_server`; two trainings at once
 and a two-job multirun write to it, everything is read back, the server goes down and comes back.
 A second server on the same folder, a port another server has, and Ctrl-C leave nothing behind."""
 
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import PYTHON, ROOT, free_port, run, sweep_runs
 from mlflow import MlflowClient
 
-from conftest import PYTHON, ROOT, free_port, run, sweep_runs
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.team_server import LocalPostgres, wait_until_healthy
+from transformer_lab.tracking.team_server import LocalPostgres, wait_until_healthy
 
 
 def test_an_experiment_created_by_another_job_meanwhile_is_used(tmp_path):
-    from transformer_lab.tracking import experiment_id
+    from transformer_lab.tracking.runs import experiment_id
 
     class LateClient(MlflowClient):  # finds nothing, as a job does whose neighbour creates it a moment later
         looked = 0
@@ -41,7 +41,7 @@ def test_an_experiment_created_by_another_job_meanwhile_is_used(tmp_path):
 
 def start_server(folder: Path, port: int, postgres_port: int) -> subprocess.Popen:
     log = open(folder / "team_server.out", "a")
-    server = subprocess.Popen([PYTHON, "-m", "transformer_lab.team_server", "--dir", str(folder / "server"),
+    server = subprocess.Popen([PYTHON, "-m", "transformer_lab.tracking.team_server", "--dir", str(folder / "server"),
                                "--port", str(port), "--postgres-port", str(postgres_port), "--workers", "1"],
                               stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     deadline = time.time() + 180
@@ -173,7 +173,7 @@ def other_http_server():
 
 
 def team_server_command(folder: Path, port: int, postgres_port: int) -> list[str]:
-    return [PYTHON, "-m", "transformer_lab.team_server", "--dir", str(folder), "--port", str(port),
+    return [PYTHON, "-m", "transformer_lab.tracking.team_server", "--dir", str(folder), "--port", str(port),
             "--postgres-port", str(postgres_port), "--workers", "1"]
 
 

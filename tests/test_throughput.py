@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from transformer_lab.callbacks import Throughput, flops_per_token, matmul_parameters
 from transformer_lab.models.gpt import GPTConfig, GPTLMHeadModel
+from transformer_lab.training.callbacks import Throughput, flops_per_token, matmul_parameters
 
 
 class TinyLanguageModel(L.LightningModule):

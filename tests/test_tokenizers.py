@@ -3,8 +3,13 @@ import pytest
 from tokenizers import Tokenizer
 
 from transformer_lab.data.corpus import prepare, read_documents
-from transformer_lab.data.tokenizers import (BERT_SPECIAL, END_OF_TEXT, document_text, prepare_tokenizers,
-                                             train_tokenizer)
+from transformer_lab.data.tokenizers import (
+    BERT_SPECIAL,
+    END_OF_TEXT,
+    document_text,
+    prepare_tokenizers,
+    train_tokenizer,
+)
 
 SPECS = {
     "wordpiece": {"kind": "wordpiece", "vocab_size": 2000, "lowercase": True, "document_separator": None},

@@ -4,12 +4,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import PYTHON, ROOT, run
 from mlflow import MlflowClient
 
-from conftest import PYTHON, ROOT, run
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.train import train
-from transformer_lab.utils.config import compose_config
+from transformer_lab.training.train import train
+from transformer_lab.runtime.config import compose_config
 
 
 def train_run(overrides: list[str], out_dir) -> dict:
@@ -191,8 +191,7 @@ def test_logged_mlflow_model_is_the_pipeline_and_the_registry_names_a_champion(s
 @pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_the_champion_moves_only_to_a_better_run_on_the_same_data(tmp_path):
     import mlflow
-
-    from transformer_lab.serving import register
+    from transformer_lab.tracking.serving import register
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     code = tmp_path / "identity.py"  # the smallest model MLflow logs from code
@@ -252,7 +251,7 @@ def test_an_unknown_champion_setting_is_refused_before_any_data_is_read(tmp_path
 
 
 def test_run_link_names_the_store_the_run_went_to(tmp_path):
-    from transformer_lab.tracking import run_link
+    from transformer_lab.tracking.runs import run_link
 
     project_store = tmp_path / "mlflow.db"
     page = "#/experiments/3/runs/abc"
@@ -267,7 +266,7 @@ def test_run_link_names_the_store_the_run_went_to(tmp_path):
 
 
 def test_the_data_fingerprint_follows_content_and_sizes_not_location(tmp_path):
-    from transformer_lab.tracking import data_record
+    from transformer_lab.tracking.runs import data_record
 
     def fingerprint(settings, sizes=None):
         return data_record(settings, sizes or {"train": 300, "validation": 60})["data_fingerprint"]
@@ -315,6 +314,7 @@ def test_the_served_champion_answers_http_requests_as_the_pipeline(smoke_run, tm
     import urllib.request
 
     from conftest import free_port
+
     from transformer_lab import pipeline
 
     port = free_port()
@@ -348,7 +348,7 @@ def test_the_served_champion_answers_http_requests_as_the_pipeline(smoke_run, tm
 def _word2vec_file(path, words, dim=32):
     import numpy as np
 
-    from transformer_lab.word_vectors import save_word2vec_format
+    from transformer_lab.data.word_vectors import save_word2vec_format
 
     vectors = np.random.default_rng(0).normal(size=(len(words), dim)).astype(np.float32)
     save_word2vec_format(path, words, vectors)
@@ -364,7 +364,7 @@ def test_embeddings_start_from_word2vec_vectors(tmp_path, smoke_overrides, prepa
     overrides = [*smoke_overrides, "model.d_model=32", "task.lr=0",  # lr 0: the weights stay as initialised
                  "task.embeddings.init=word2vec", f"task.embeddings.vectors={tmp_path / 'vectors.txt'}"]
     train_run(overrides, tmp_path / "run")
-    from transformer_lab.checkpoints import load_task
+    from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
     task = load_task(tmp_path / "run/checkpoints/last.ckpt", JointIntentSlotTask, "train_atis")
@@ -410,8 +410,8 @@ def test_an_unknown_embedding_init_is_refused_by_name(tmp_path, smoke_overrides)
 def test_word2vec_vectors_of_the_wrong_size_are_a_clear_error(tmp_path, smoke_overrides):
     import numpy as np
 
+    from transformer_lab.data.word_vectors import save_word2vec_format
     from transformer_lab.errors import TransformerLabError
-    from transformer_lab.word_vectors import save_word2vec_format
 
     save_word2vec_format(tmp_path / "v.txt", ["flights"], np.ones((1, 100), dtype=np.float32))
     with pytest.raises(TransformerLabError, match="vectors have 100 dimensions but model.d_model=128"):
@@ -445,14 +445,14 @@ def test_a_failing_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path, 
 
 def test_a_failed_sweep_job_is_recorded_counted_and_handed_on_as_finished(tmp_path, capsys):
     """SweepRecord's side of the multirun above, in-process: what Hydra's launcher hands it."""
+    from conftest import sweep_runs
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobReturn, JobStatus
     from hydra.types import RunMode
     from omegaconf import open_dict, read_write
 
-    from conftest import sweep_runs
-    from transformer_lab.hydra_callbacks import SweepRecord
+    from transformer_lab.tracking.sweeps import SweepRecord
     from transformer_lab.utils.resolvers import register_resolvers
 
     register_resolvers()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import PYTHON, ROOT, run
+
 from transformer_lab.data.translation import (
     LengthBucketSampler,
     TranslationDataModule,
@@ -160,10 +160,10 @@ def test_inverse_square_root_schedule_peaks_at_the_end_of_warm_up():
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A tiny translation model trained a few hundred steps on the generated task, evaluated."""
+    from transformer_lab.data.prepare import prepare as prepare_stage
     from transformer_lab.evaluation.translation import evaluate
-    from transformer_lab.prepare import prepare as prepare_stage
-    from transformer_lab.train import train
-    from transformer_lab.utils.config import compose_config
+    from transformer_lab.training.train import train
+    from transformer_lab.runtime.config import compose_config
 
     root = tmp_path_factory.mktemp("translation")
     data = [f"paths.data_dir={root / 'data'}", "data.builtin.n_train=1500", "data.builtin.n_val=60",

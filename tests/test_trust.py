@@ -10,10 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 import yaml
-
 from conftest import PYTHON, ROOT, free_port, run
+
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.utils.config import compose_config
+from transformer_lab.runtime.config import compose_config
 
 
 class RunsShellCommand:
@@ -52,7 +52,7 @@ def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path):
 
 
 def test_checkpoints_that_are_not_this_tasks_are_one_clear_error(tmp_path):
-    from transformer_lab.checkpoints import load_task
+    from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 
     cases = {
@@ -73,8 +73,8 @@ def test_a_scikit_learn_model_holding_untrusted_code_is_refused(tmp_path):
     import skops.io
     from sklearn.preprocessing import FunctionTransformer
 
-    from transformer_lab import baselines
-    from transformer_lab.checkpoints import ESTIMATOR_FILE
+    from transformer_lab.tasks.checkpoints import ESTIMATOR_FILE
+    from transformer_lab.training import baselines
 
     skops.io.dump(FunctionTransformer(func=os.system), tmp_path / ESTIMATOR_FILE)
     with pytest.raises(TransformerLabError, match="refused to load.*system"):
@@ -155,9 +155,8 @@ class _FailingServer(BaseHTTPRequestHandler):
 
 
 def test_evaluation_tells_a_missing_run_from_a_failing_server(tmp_path, monkeypatch):
-    from mlflow import MlflowClient
 
-    from transformer_lab.evaluation import mlflow_run_for
+    from transformer_lab.tracking.evaluations import mlflow_run_for
 
     cfg = compose_config("evaluate_atis", [], tmp_path)
     client, run_id = mlflow_run_for(cfg, {"run_id": "0" * 32})  # a run that is gone: a new one
@@ -179,8 +178,8 @@ def test_evaluation_tells_a_missing_run_from_a_failing_server(tmp_path, monkeypa
 
 
 def test_bad_settings_are_one_line_naming_the_key(tmp_path, prepared_atis):
-    from transformer_lab.generate import check_settings
-    from transformer_lab.train import train
+    from transformer_lab.inference.generate import check_settings
+    from transformer_lab.training.train import train
 
     for override, message in (("strategy=beam", "strategy='beam'"), ("temperature=0", "temperature=0"),
                               ("top_p=1.5", "top_p=1.5"), ("top_k=0", "top_k=0"), ("max_new_tokens=abc", "abc")):
@@ -306,7 +305,7 @@ def test_a_crash_keeps_its_traceback_and_exit_1(tmp_path):
     ("data.datamodule.batch_size=1.5", "data.datamodule.batch_size=1.5: expected an integer"),
 ])
 def test_settings_training_would_crash_on_are_one_line_before_data_is_read(tmp_path, override, message):
-    from transformer_lab.train import train
+    from transformer_lab.training.train import train
 
     unprepared = f"data.prepared_dir={tmp_path / 'unprepared'}"  # reading the data would fail: the check comes first
     with pytest.raises(TransformerLabError) as refusal:
@@ -432,8 +431,8 @@ def test_a_rejected_prediction_generation_or_export_is_one_line_before_torch_loa
 
 
 def test_the_option_rules_read_before_torch_loads_are_the_pipelines_own():
-    from transformer_lab.options import pipeline_tasks, task_options
-    from transformer_lab.pipelines import PIPELINES, TASKS
+    from transformer_lab.inference.options import pipeline_tasks, task_options
+    from transformer_lab.inference.pipeline import PIPELINES, TASKS
 
     assert pipeline_tasks() == list(TASKS) == list(PIPELINES)  # "task=X: not a pipeline task; choose one of" them
     for task, pipeline_class in PIPELINES.items():

@@ -3,12 +3,12 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import PYTHON, ROOT, run
+
 from transformer_lab.data.images import ImageDataModule, prepare, read_split
 from transformer_lab.errors import DataError
-from transformer_lab.models.vit import PatchEmbedding, ViTConfig, VisionTransformer, shifted_window_mask
-from transformer_lab.utils.config import compose_config
+from transformer_lab.models.vit import PatchEmbedding, VisionTransformer, ViTConfig, shifted_window_mask
+from transformer_lab.runtime.config import compose_config
 
 
 def tiny_vit(**overrides) -> VisionTransformer:
@@ -187,7 +187,7 @@ def test_bad_image_folder_is_one_line_and_exit_2(tmp_path):
 @pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_tiny_vit_trains_and_evaluates_with_figures(prepared_digits, tmp_path):
     from transformer_lab.evaluation.vit import evaluate as evaluate_vit
-    from transformer_lab.train import train
+    from transformer_lab.training.train import train
 
     overrides = ["experiment=vit", "logger=none", f"data.prepared_dir={prepared_digits}", "trainer.max_epochs=8",
                  "model.n_layers=1", "model.d_model=32", "callbacks.rich_progress_bar=null",

@@ -1,4 +1,4 @@
-"""`python -m transformer_lab.warm_start COMMAND` (what `make run` wraps `dvc repro` in): an entry point
+"""`python -m transformer_lab.runtime.warm_start COMMAND` (what `make run` wraps `dvc repro` in): an entry point
 started by COMMAND runs in a child of the warm interpreter, exactly as it would have run on its own."""
 
 import json
@@ -12,9 +12,10 @@ from pathlib import Path
 
 from conftest import ROOT
 
-# An entry point as pipelines/ writes them: `import _project` first, which hands over when it can.
+# An entry point as pipelines/ writes them: `_project.bootstrap()` first, which hands over when it can.
 SCRIPT = textwrap.dedent("""
     import _project
+    _project.bootstrap()
     import json, os, sys, time
     report = {"pid": os.getpid(), "ppid": os.getppid(), "argv": sys.argv, "cwd": os.getcwd(),
               "marker": os.environ.get("MARKER"),
@@ -42,7 +43,7 @@ def entry_point(tmp_path: Path) -> Path:
 
 def warm(command: str, tmp_path: Path, preload: str = "json", **env) -> subprocess.CompletedProcess:
     """`command` (a shell line) run under the wrapper, with nothing heavy preloaded: the handing over is what is tested."""
-    wrapper = [sys.executable, "-m", "transformer_lab.warm_start", "--preload", preload, "bash", "-c", command]
+    wrapper = [sys.executable, "-m", "transformer_lab.runtime.warm_start", "--preload", preload, "bash", "-c", command]
     return subprocess.run(wrapper, cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "REPORT": str(tmp_path / "report.json"), **env})
 
@@ -56,7 +57,7 @@ def test_a_stage_runs_in_a_child_of_the_wrapper_with_its_own_arguments_directory
     assert report["argv"] == [str(script), "a", "b=c"] and report["cwd"] == str(tmp_path / "work")
     assert report["marker"] == "mine"
     assert report["handed_over_env"] is None  # what the stage starts (DDP ranks) starts cold
-    assert "-m transformer_lab.warm_start" in report["parent"]  # forked by the wrapper, not started by bash
+    assert "-m transformer_lab.runtime.warm_start" in report["parent"]  # forked by the wrapper, not started by bash
     assert result.stdout.splitlines() == ["to stdout", "exit=0"] and "to stderr" in result.stderr
 
 

@@ -14,10 +14,10 @@ from transformer_lab.data.word2vec import (
     keep_probabilities,
     training_windows,
 )
+from transformer_lab.data.word_vectors import keyed_vectors, save_word2vec_format
 from transformer_lab.errors import DataError
 from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig, huffman_tree
 from transformer_lab.tasks.word2vec import Word2VecTask
-from transformer_lab.word_vectors import keyed_vectors, save_word2vec_format
 
 TEXT = """The cat sat on the mat. The dog sat on the log! Did the cat see the dog?
 

@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # `pipeline` imports torch and the models: only when asked for, so `import transformer_lab` stays light
     if name == "pipeline":
-        from transformer_lab.pipelines import pipeline
+        from transformer_lab.inference.pipeline import pipeline
 
         return pipeline
     raise AttributeError(f"module 'transformer_lab' has no attribute {name!r}")

@@ -104,7 +104,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("gpt_pretraining", M + "gpt.GPTLMHeadModel", M + "gpt.GPTConfig", T + "gpt.GPTPretrainingTask",
            D + "gpt.LanguageModelDataModule", _metrics("val/loss:min", "val/perplexity:min"),
            ("prepare_corpus", "train_tokenizers", "pretrain_gpt", "generate_gpt"),
-           "transformer_lab.generate.generate"),
+           "transformer_lab.inference.generate.generate"),
     Family("elmo_pretraining", M + "elmo.ElmoBiLM", M + "elmo.ElmoConfig", T + "elmo.ElmoPretrainingTask",
            D + "elmo.ElmoDataModule", _metrics("val/loss:min", "val/perplexity:min", "val/forward_loss:min"),
            ("prepare_corpus", "pretrain_elmo", "evaluate_elmo"), "transformer_lab.evaluation.elmo.evaluate"),

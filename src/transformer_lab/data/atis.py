@@ -17,10 +17,10 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from transformer_lab.errors import DataError
-from transformer_lab.data.hub import load_hub_dataset
 from transformer_lab.data.elmo import BOS, word_characters
+from transformer_lab.data.hub import load_hub_dataset
 from transformer_lab.data.preprocessing import Preprocessor
+from transformer_lab.errors import DataError
 from transformer_lab.utils.io import atomic_directory, decode_utf8
 
 SPLITS = ("train", "dev", "test")

@@ -24,10 +24,25 @@ from torch.utils.data import DataLoader, Sampler
 from transformer_lab.data.corpus import read_documents
 from transformer_lab.data.preprocessing import Preprocessor
 from transformer_lab.errors import DataError
-from transformer_lab.models.elmo import BEGIN_OF_SENTENCE, CHAR_PAD, END_OF_SENTENCE, IGNORE_INDEX, N_MARKERS, spelling
 
 BOS, EOS, UNK = "<S>", "</S>", "<UNK>"
 _WORD = re.compile(r"\w+|[^\w\s]")
+
+
+# Character ids: 0 padding, then the markers, then byte b at b + N_MARKERS: what models/elmo.py's
+# character encoder reads (data/ does not import models/; tests/test_elmo.py checks that the two agree).
+CHAR_PAD, BEGIN_OF_WORD, END_OF_WORD, BEGIN_OF_SENTENCE, END_OF_SENTENCE = range(5)
+N_MARKERS = 5
+N_CHARS = 256 + N_MARKERS
+IGNORE_INDEX = -100
+
+
+def spelling(inner: list[int], max_word_chars: int) -> list[int]:
+    """Character ids of one token as the character encoder reads it: begin-of-word, `inner`
+    (cut to fit), end-of-word, padding. A sentence marker's inner is [BEGIN_OF_SENTENCE] or
+    [END_OF_SENTENCE]; a word's, its UTF-8 bytes shifted past the markers."""
+    ids = [BEGIN_OF_WORD, *inner[: max_word_chars - 2], END_OF_WORD]
+    return ids + [CHAR_PAD] * (max_word_chars - len(ids))
 
 
 def words_of(sentence: str) -> list[str]:

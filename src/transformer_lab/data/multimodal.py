@@ -46,15 +46,28 @@ from torch.utils.data import DataLoader, Dataset
 
 from transformer_lab.data.checks import require_file, require_two_classes
 from transformer_lab.data.preprocessing import Preprocessor
-from transformer_lab.data.tabular import (LABEL, LINE, SPLIT, TableSchema, TabularEncoder, missing_as_none,
-                                          read_local_frame, read_schema_fields, read_table, split_rows)
+from transformer_lab.data.tabular import (
+    LABEL,
+    LINE,
+    SPLIT,
+    TableSchema,
+    TabularEncoder,
+    missing_as_none,
+    read_local_frame,
+    read_schema_fields,
+    read_table,
+    split_rows,
+)
 from transformer_lab.data.tokenizers import train_tokenizer
 from transformer_lab.errors import DataError
-from transformer_lab.models.multimodal import MODALITIES
 from transformer_lab.utils.io import atomic_directory, atomic_write_json
 
 TEXT, HAS_IMAGE, HAS_TEXT = "_text", "_has_image", "_has_text"  # bookkeeping columns of the prepared table
 SPLITS = ("train", "validation", "test")
+
+# The columns of the `present` mask, in the order of models/multimodal.py's type embeddings
+# (tests/test_multimodal.py checks the two agree).
+MODALITIES = ("image", "text", "table")
 
 
 @dataclass
@@ -301,7 +314,7 @@ def prepare(source: str, output_dir: str, schema: str | None = None, local_path:
 
 def pretrained_tokenizer(source: str) -> Tokenizer:
     """A pre-trained model's tokenizer (published.py's sources) or a tokenizer.json file."""
-    from transformer_lab import published
+    from transformer_lab.data import published
 
     if source.endswith(".json"):
         require_file(source, "a tokenizer.json", "tokenizer file not found", setting="data.text_tokenizer")

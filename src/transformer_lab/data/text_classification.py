@@ -25,8 +25,14 @@ import torch
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader
 
-from transformer_lab.data.bert import (BertTokenizerPreprocessor, encode_pair, next_sentence_pairs, pad_batch,
-                                       truncate, truncate_pair)
+from transformer_lab.data.bert import (
+    BertTokenizerPreprocessor,
+    encode_pair,
+    next_sentence_pairs,
+    pad_batch,
+    truncate,
+    truncate_pair,
+)
 from transformer_lab.data.checks import require_file
 from transformer_lab.data.corpus import read_documents
 from transformer_lab.data.hub import load_hub_dataset

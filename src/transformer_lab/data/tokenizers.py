@@ -125,7 +125,7 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     """A tokenizer.json, or a Hugging Face model folder's tokenizer (a published start's, published.py)."""
     path = Path(path)
     if path.is_dir():
-        from transformer_lab.published import folder_tokenizer
+        from transformer_lab.data.published import folder_tokenizer
 
         return folder_tokenizer(path)
     if not path.is_file():

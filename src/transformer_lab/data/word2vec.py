@@ -9,8 +9,8 @@ from pathlib import Path
 
 import lightning as L
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 import torch
+from numpy.lib.stride_tricks import sliding_window_view
 from torch.utils.data import DataLoader, IterableDataset
 
 from transformer_lab.data.corpus import read_documents, word_tokens

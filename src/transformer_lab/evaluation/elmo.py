@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from transformer_lab import tracking
-from transformer_lab.checkpoints import load_task
 from transformer_lab.data.corpus import read_documents
 from transformer_lab.data.elmo import words_of
-from transformer_lab.evaluation import log_into_training_run
+from transformer_lab.tasks.checkpoints import load_task
 from transformer_lab.tasks.elmo import ElmoPretrainingTask
+from transformer_lab.tracking import runs as tracking
+from transformer_lab.tracking.evaluations import log_into_training_run
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from transformer_lab import tracking
-from transformer_lab.evaluation import mlflow_run_for
-from transformer_lab.few_shot import few_shot_accuracy, load_language_model, majority_accuracy, read_sst2
+from transformer_lab.inference.few_shot import few_shot_accuracy, load_language_model, majority_accuracy, read_sst2
+from transformer_lab.tracking import runs as tracking
+from transformer_lab.tracking.evaluations import mlflow_run_for
 from transformer_lab.utils.io import atomic_write_json
 
 

@@ -9,11 +9,14 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from transformer_lab import baselines, plots, tracking
-from transformer_lab.checkpoints import load_task
 from transformer_lab.data.tabular import fold_rows, read_prepared
-from transformer_lab.evaluation import log_comparison, write_csv
+from transformer_lab.evaluation import write_csv
+from transformer_lab.tasks.checkpoints import load_task
 from transformer_lab.tasks.tabular_classification import TabularClassificationTask, score_probabilities
+from transformer_lab.tracking import runs as tracking
+from transformer_lab.tracking.evaluations import log_comparison
+from transformer_lab.training import baselines
+from transformer_lab.utils import plots
 from transformer_lab.utils.io import atomic_write_json
 
 

@@ -10,11 +10,12 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from transformer_lab import plots, tracking
-from transformer_lab.checkpoints import load_task
 from transformer_lab.data.translation import VALIDATION, local_splits, read_pairs
-from transformer_lab.evaluation import log_into_training_run
+from transformer_lab.tasks.checkpoints import load_task
 from transformer_lab.tasks.translation import TranslationTask, corpus_scores
+from transformer_lab.tracking import runs as tracking
+from transformer_lab.tracking.evaluations import log_into_training_run
+from transformer_lab.utils import plots
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
 
 

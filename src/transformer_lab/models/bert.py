@@ -24,7 +24,7 @@ from torch import nn
 
 from transformer_lab.models.dropout import Dropout
 from transformer_lab.models.blocks import TransformerBlock
-from transformer_lab.models.interop import rename
+from transformer_lab.models.interop import WeightsUnavailable, rename
 from transformer_lab.models.outputs import ModelOutput
 
 # name: (layers L, hidden H, heads A). tiny/mini/small: the compact BERTs of Turc et al. (2019).
@@ -213,13 +213,11 @@ class BertForPreTraining(nn.Module):
         `transformers`, converted by the name table below. Offline, one clear error."""
         from transformers import BertForPreTraining as HFBertForPreTraining
 
-        from transformer_lab.errors import TransformerLabError
-
         try:
             reference = HFBertForPreTraining.from_pretrained(name)
         except Exception as err:  # the hub client raises many types when offline
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise TransformerLabError(f"could not load BERT weights {name!r} ({reason}); offline? "
+            raise WeightsUnavailable(f"could not load BERT weights {name!r} ({reason}); offline? "
                                       "pretrain with `dvc repro pretrain_bert` or pass a local checkpoint") from None
         model = cls(config_from_hf(reference.config))
         model.load_state_dict(from_hf_state_dict(reference.state_dict()))

@@ -32,7 +32,8 @@ from torch import nn
 
 from transformer_lab.models.outputs import ModelOutput
 
-# Character ids: 0 padding, then the markers, then byte b at b + N_MARKERS
+# Character ids: 0 padding, then the markers, then byte b at b + N_MARKERS. data/elmo.py encodes
+# words the same way (it may not import models/); tests/test_elmo.py checks that the two agree.
 CHAR_PAD, BEGIN_OF_WORD, END_OF_WORD, BEGIN_OF_SENTENCE, END_OF_SENTENCE = range(5)
 N_MARKERS = 5
 N_CHARS = 256 + N_MARKERS

@@ -33,7 +33,7 @@ from torch import nn
 from transformer_lab.models.attention import KVCache
 from transformer_lab.models.dropout import Dropout
 from transformer_lab.models.blocks import MixtureOfExperts, TransformerBlock
-from transformer_lab.models.interop import rename
+from transformer_lab.models.interop import WeightsUnavailable, rename
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.positional import RotaryEmbedding, positional_encoding
 
@@ -225,13 +225,11 @@ class GPTLMHeadModel(nn.Module):
         through `transformers`, converted by the name table below. Offline, one clear error."""
         from transformers import GPT2LMHeadModel
 
-        from transformer_lab.errors import TransformerLabError
-
         try:
             reference = GPT2LMHeadModel.from_pretrained(name)
         except Exception as err:  # the hub client raises many types when offline
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise TransformerLabError(f"could not load GPT-2 weights {name!r} ({reason}); offline? "
+            raise WeightsUnavailable(f"could not load GPT-2 weights {name!r} ({reason}); offline? "
                                       "pretrain with `dvc repro pretrain_gpt` or pass a local checkpoint") from None
         model = cls(config_from_hf(reference.config))
         model.load_state_dict(from_hf_state_dict(reference.state_dict()))

@@ -14,3 +14,8 @@ def rename(name: str, table: list[tuple[str, str]]) -> str | None:
             filled = target.replace("{i}", match.group(1)) if match.groups() else target
             return filled + name[match.end():]
     return None
+
+
+class WeightsUnavailable(OSError):
+    """Published weights that could not be loaded (offline, or no such name); the task that asked
+    for them reports it as the user's error (tasks/pretrained.py)."""

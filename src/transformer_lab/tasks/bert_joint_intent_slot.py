@@ -14,8 +14,8 @@ from transformer_lab.data.atis_bert import AtisBertPreprocessor
 from transformer_lab.models.bert import BertForJointIntentSlot, BertJointConfig
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
-from transformer_lab.tasks.pretrained import FrozenBody
 from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
+from transformer_lab.tasks.pretrained import FrozenBody
 
 
 class BertJointIntentSlotTask(FrozenBody, JointIntentSlotTask):

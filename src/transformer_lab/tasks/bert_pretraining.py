@@ -8,16 +8,23 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from transformer_lab import published
-from transformer_lab.checkpoints import NamesItsFamily
+from transformer_lab.data import published
 from transformer_lab.data.bert import BertPreprocessor
-from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel
+from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel, from_hf_state_dict
+from transformer_lab.tasks.checkpoints import NamesItsFamily
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import batches, inference
 from transformer_lab.tasks.losses import cross_entropy
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_warmup_linear
 from transformer_lab.tasks.throughput import TokenThroughput
+
+
+def published_body(start) -> dict:
+    """The encoder body's weights of a published start (data/published.py's PublishedBert) under
+    models.bert.BertModel's names: embeddings, blocks, pooler."""
+    state = from_hf_state_dict(start.weights())
+    return {k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")}
 
 
 def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
@@ -29,7 +36,7 @@ def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
     """
     load_pretrained(bert, source, prefix="model.bert.", stage="pretrain_bert", hub_example="task.pretrained=minilm",
                     is_published=published.is_published,
-                    from_published=lambda name: published.resolve(name).body_state_dict())
+                    from_published=lambda name: published_body(published.resolve(name)))
 
 
 class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.LightningModule):

@@ -9,10 +9,10 @@ import math
 import lightning as L
 import torch
 
-from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.elmo import ElmoPreprocessor, words_of
 from transformer_lab.models.elmo import IGNORE_INDEX, ElmoBiLM, ElmoConfig
 from transformer_lab.models.outputs import ModelOutput
+from transformer_lab.tasks.checkpoints import NamesItsFamily
 from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.schedules import adamw_with_warmup
 from transformer_lab.tasks.throughput import TokenThroughput

@@ -46,7 +46,7 @@ def load_word_vectors(embedding: torch.nn.Embedding, tokens: list[str], path: st
 
     The vectors are rescaled to the random initialisation's standard deviation, so that tokens
     and positions still start at comparable magnitudes."""
-    from transformer_lab.word_vectors import load_word2vec_format
+    from transformer_lab.data.word_vectors import load_word2vec_format
 
     words, vectors = load_word2vec_format(str(path))
     weight = embedding.weight

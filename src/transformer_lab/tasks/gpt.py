@@ -9,18 +9,18 @@ import lightning as L
 import torch
 from torch import nn
 
-from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.bert import IGNORE_INDEX
 from transformer_lab.data.gpt import GPTClassificationPreprocessor, GPTPreprocessor
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.gpt import GPTClassifierConfig, GPTConfig, GPTForSequenceClassification, GPTLMHeadModel
 from transformer_lab.models.outputs import ModelOutput
+from transformer_lab.tasks.checkpoints import NamesItsFamily
+from transformer_lab.tasks.classification import ClassificationTask
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.losses import cross_entropy
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_with_warmup
-from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 from transformer_lab.tasks.throughput import TokenThroughput
 
 
@@ -98,7 +98,7 @@ class GPTPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.Lig
         return results
 
 
-class GPTClassificationTask(SequenceClassificationTask):
+class GPTClassificationTask(ClassificationTask):
     """GPT-1 fine-tuning: L = L_task + lm_weight · L_lm (lm_weight 0.5 in the paper; 0 disables
     the auxiliary loss). Metrics, logging and test scoring are the BERT fine-tuning task's, so
     the two models' runs line up in MLflow."""

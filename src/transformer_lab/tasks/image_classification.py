@@ -10,12 +10,12 @@ from torch import nn
 
 from transformer_lab.data.images import ImagePreprocessor
 from transformer_lab.models.outputs import ModelOutput
-from transformer_lab.models.vit import ViTConfig, VisionTransformer
+from transformer_lab.models.vit import VisionTransformer, ViTConfig
+from transformer_lab.tasks.classification import ClassificationTask
 from transformer_lab.tasks.inference import inference
-from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
 
-class ImageClassificationTask(SequenceClassificationTask):
+class ImageClassificationTask(ClassificationTask):
     lr_decay = "cosine"
     preprocessor_class = ImagePreprocessor
 

@@ -13,13 +13,13 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from transformer_lab.checkpoints import NamesItsFamily, read_checkpoint
 from transformer_lab.data.atis import IGNORE_INDEX, AtisPreprocessor
-from transformer_lab.metrics import SlotF1
 from transformer_lab.models.encoder import JointIntentSlotConfig, JointIntentSlotModel
 from transformer_lab.models.outputs import ModelOutput
+from transformer_lab.tasks.checkpoints import NamesItsFamily, read_checkpoint
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
+from transformer_lab.tasks.metrics import SlotF1
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
 

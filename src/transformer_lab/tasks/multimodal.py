@@ -8,14 +8,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from transformer_lab import published
-from transformer_lab.checkpoints import read_checkpoint
+from transformer_lab.data import published
 from transformer_lab.data.multimodal import MultimodalPreprocessor
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.multimodal import MultimodalConfig, MultimodalTransformer
 from transformer_lab.models.outputs import ModelOutput
+from transformer_lab.tasks.bert_pretraining import published_body
+from transformer_lab.tasks.checkpoints import read_checkpoint
+from transformer_lab.tasks.classification import ClassificationTask
 from transformer_lab.tasks.inference import batches, inference
-from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
 INPUTS = ("images", "input_ids", "categorical", "continuous", "present")
 
@@ -24,14 +25,14 @@ def pretrained_word_embeddings(source: str) -> torch.Tensor:
     """A BERT's word-embedding table (vocab, width): published weights (published.py) or a
     `pretrain_bert` checkpoint, read as data."""
     if published.is_published(source):
-        return published.resolve(source).body_state_dict()["embeddings.token.weight"]
+        return published_body(published.resolve(source))["embeddings.token.weight"]
     state = read_checkpoint(source, "run `dvc repro pretrain_bert`, or task.pretrained=minilm")["state_dict"]
     if "model.bert.embeddings.token.weight" not in state:
         raise TransformerLabError(f"{source}: not a BERT checkpoint (no model.bert.embeddings.token.weight)")
     return state["model.bert.embeddings.token.weight"]
 
 
-class MultimodalClassificationTask(SequenceClassificationTask):
+class MultimodalClassificationTask(ClassificationTask):
     lr_decay = "cosine"
     preprocessor_class = MultimodalPreprocessor
 

@@ -7,10 +7,12 @@ from collections.abc import Callable
 
 from torch import nn
 
-from transformer_lab.checkpoints import read_checkpoint
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.models.interop import WeightsUnavailable
+from transformer_lab.tasks.checkpoints import read_checkpoint
 
 FREEZE = ("none", "embeddings", "encoder")
+
 
 
 def load_pretrained(module: nn.Module, source: str | None, *, prefix: str, stage: str, hub_example: str,
@@ -25,7 +27,10 @@ def load_pretrained(module: nn.Module, source: str | None, *, prefix: str, stage
     if not source:
         return
     if is_published(source):
-        state = from_published(source)
+        try:
+            state = from_published(source)
+        except WeightsUnavailable as err:  # offline, or no such name: the user's setting, one line
+            raise TransformerLabError(f"task.pretrained={source}: {err}") from None
     else:
         checkpoint = read_checkpoint(source, f"run `dvc repro {stage}` or set task.pretrained=null "
                                              f"(random start) or {hub_example}")

@@ -15,17 +15,16 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
-from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.qa import QAPreprocessor
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForQuestionAnswering
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
-from transformer_lab.tasks.pretrained import FrozenBody
+from transformer_lab.tasks.checkpoints import NamesItsFamily
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
+from transformer_lab.tasks.pretrained import FrozenBody
 from transformer_lab.tasks.schedules import adamw_warmup_linear
-
 
 # --------------------------------------------------------------------------- SQuAD v1.1 metrics
 PUNCTUATION = set(string.punctuation)

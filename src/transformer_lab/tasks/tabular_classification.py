@@ -9,13 +9,13 @@ from __future__ import annotations
 import pandas as pd
 import torch
 from torch import nn
-from torchmetrics import Accuracy, AUROC, F1Score
+from torchmetrics import AUROC, Accuracy, F1Score
 
 from transformer_lab.data.tabular import TabularPreprocessor
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.tab_transformer import TabTransformer, TabTransformerConfig
+from transformer_lab.tasks.classification import ClassificationTask
 from transformer_lab.tasks.schedules import adamw_with_warmup
-from transformer_lab.tasks.sequence_classification import SequenceClassificationTask
 
 
 def classification_metrics(n_classes: int) -> nn.ModuleDict:
@@ -38,7 +38,7 @@ def score_probabilities(probabilities: torch.Tensor, labels: torch.Tensor) -> di
     return {name: float(metric(metric_input(probabilities), labels)) for name, metric in metrics.items()}
 
 
-class TabularClassificationTask(SequenceClassificationTask):
+class TabularClassificationTask(ClassificationTask):
     preprocessor_class = TabularPreprocessor
 
     def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 1e-2,

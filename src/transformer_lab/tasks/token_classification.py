@@ -10,15 +10,15 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.atis import IGNORE_INDEX
 from transformer_lab.data.conll import TaggingPreprocessor
-from transformer_lab.metrics import SlotF1
 from transformer_lab.models.bert import BertForTokenClassification, BertTaggerConfig
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.tasks.bert_pretraining import load_pretrained_bert
+from transformer_lab.tasks.checkpoints import NamesItsFamily
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
+from transformer_lab.tasks.metrics import SlotF1
 from transformer_lab.tasks.pretrained import FrozenBody
 from transformer_lab.tasks.schedules import adamw_with_warmup
 

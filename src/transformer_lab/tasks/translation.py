@@ -10,11 +10,11 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.bert import IGNORE_INDEX
 from transformer_lab.data.translation import TranslationPreprocessor, length_sorted_batches
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.seq2seq import Seq2SeqConfig, TransformerSeq2Seq
+from transformer_lab.tasks.checkpoints import NamesItsFamily
 from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.schedules import adamw_with_warmup
 from transformer_lab.tasks.throughput import TokenThroughput

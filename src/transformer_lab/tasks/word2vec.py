@@ -13,10 +13,10 @@ import lightning as L
 import numpy as np
 import torch
 
-from transformer_lab.checkpoints import NamesItsFamily
 from transformer_lab.data.word2vec import Word2VecPreprocessor
 from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig
+from transformer_lab.tasks.checkpoints import NamesItsFamily
 from transformer_lab.tasks.inference import inference
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.options import OPTIONS, check_model_source, check_option, check_options
+from transformer_lab.inference.options import OPTIONS, check_model_source, check_option, check_options
 from transformer_lab.utils.io import atomic_write_text, decode_utf8
 
 SINGLE = ("text", "question", "image", "row")  # the command-line inputs, one of them per call
@@ -147,7 +147,7 @@ def predict(cfg: DictConfig) -> list | dict:
     check_call(cfg)  # before torch loads
     from tqdm.auto import tqdm
 
-    from transformer_lab.pipelines import pipeline
+    from transformer_lab.inference.pipeline import pipeline
 
     options = _options(cfg)
     run = pipeline(cfg.pipeline_task, model=str(cfg.model_source), tracking_uri=cfg.get("tracking_uri"))

@@ -1,8 +1,8 @@
 """A team tracking server: `mlflow server` on a PostgreSQL backend store, with the artifacts served
 through it (`--serve-artifacts`), so that several people and jobs write to one place.
 
-    python -m transformer_lab.team_server                      # `make server`: a PostgreSQL of its own
-    python -m transformer_lab.team_server --backend-store-uri postgresql://USER@HOST:5432/mlflow
+    python -m transformer_lab.tracking.team_server                      # `make server`: a PostgreSQL of its own
+    python -m transformer_lab.tracking.team_server --backend-store-uri postgresql://USER@HOST:5432/mlflow
 
 Without --backend-store-uri it runs a PostgreSQL cluster of its own in DIR/postgres (the server
 binaries come from the `pgserver` package, else from a PostgreSQL on PATH), listening on 127.0.0.1
@@ -293,7 +293,7 @@ def stop_requested(signum: int, _frame) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m transformer_lab.team_server",
+    parser = argparse.ArgumentParser(prog="python -m transformer_lab.tracking.team_server",
                                      description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--dir", type=Path, default=Path(".team-server"),

@@ -32,11 +32,17 @@ import torch
 import torch.nn.functional as F
 from hydra.utils import get_object
 
-from transformer_lab.checkpoints import (BASELINE_FILES, FAMILY_KEY, PREPROCESSOR_FILE, is_baseline_folder, load_task,
-                                         read_checkpoint)
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.families import FAMILIES
-from transformer_lab.options import OPTIONS, Option, check_options
+from transformer_lab.inference.options import OPTIONS, Option, check_options
+from transformer_lab.tasks.checkpoints import (
+    BASELINE_FILES,
+    FAMILY_KEY,
+    PREPROCESSOR_FILE,
+    is_baseline_folder,
+    load_task,
+    read_checkpoint,
+)
 
 BERT_BODIES = ("bert_pretraining", "sequence_classification", "bert_joint_intent_slot", "token_classification",
                "question_answering")
@@ -55,7 +61,9 @@ TASKS: dict[str, tuple[str, ...]] = {
 }
 # XGBoost or logistic regression (baselines.py): a fitted estimator and its preprocessor, no checkpoint.
 # Its loader is imported by name, as a family's task is: a stage that trains no baseline runs none of it.
-BASELINE, BASELINE_LOADER = "tabular_baseline", "transformer_lab.baselines.FittedBaseline"
+BASELINE, BASELINE_LOADER = "tabular_baseline", "transformer_lab.training.baselines.FittedBaseline"
+# A published encoder (data/published.py) is read by BERT's code, imported by name for the same reason.
+PUBLISHED, PUBLISHED_LOADER = "published", "transformer_lab.inference.published_encoder.PublishedEncoder"
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -131,14 +139,14 @@ def model_path(model: str, tracking_uri: str | None = None) -> Path:
 
 def load_model(model: str | LoadedModel, tracking_uri: str | None = None) -> LoadedModel:
     """The trained model `model` names (see the module docstring), on the CPU in eval mode."""
-    from transformer_lab import published
+    from transformer_lab.data import published
 
     if isinstance(model, LoadedModel):
         return model
     model = str(model)
     # A Hugging Face folder has a config.json; a stage's folder (also a folder) has checkpoints
     if model in published.PACKAGES or model.startswith(published.HUB_PREFIX) or (Path(model) / "config.json").is_file():
-        return LoadedModel("published", PublishedEncoder(published.resolve(model)), model)
+        return LoadedModel(PUBLISHED, get_object(PUBLISHED_LOADER)(published.resolve(model)), model)
     path = model_path(model, tracking_uri)
     if path.is_dir():  # a baseline's folder
         return LoadedModel(BASELINE, get_object(BASELINE_LOADER).load(path), model)
@@ -389,21 +397,6 @@ class FillMaskPipeline(Pipeline):
         warn_if_cut(preprocessor.tokenizer, texts, preprocessor.max_len - 2)
         filled = self.model.fill_mask(texts, top_k, batch_size)
         return [masks[0] if len(masks) == 1 else masks for masks in filled]
-
-
-class PublishedEncoder(torch.nn.Module):
-    """A published BERT (published.py) with its tokenizer: the encoder feature extraction reads."""
-
-    def __init__(self, start):
-        super().__init__()
-        from transformer_lab.data.bert import BertPreprocessor
-        from transformer_lab.models.bert import BertConfig, BertModel
-
-        fields = start.config_fields()
-        self.bert = BertModel(BertConfig(**fields))
-        self.bert.load_state_dict(start.body_state_dict())
-        self.preprocessor = BertPreprocessor(start.tokenizer(), max_len=fields["max_len"])
-        self.eval()
 
 
 class FeatureExtractionPipeline(Pipeline):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from transformer_lab.options import Option, check_option, task_options
+from transformer_lab.inference.options import Option, check_option, task_options
 from transformer_lab.utils.io import atomic_write_json, atomic_write_text
 from transformer_lab.utils.validate import check_value
 
@@ -28,10 +28,10 @@ def generate(cfg: DictConfig) -> dict:
     check_settings(cfg)  # before torch and Lightning load
     import torch
 
-    from transformer_lab import tracking
-    from transformer_lab.checkpoints import load_task
-    from transformer_lab.evaluation import log_into_training_run
+    from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.gpt import GPTPretrainingTask
+    from transformer_lab.tracking import runs as tracking
+    from transformer_lab.tracking.evaluations import log_into_training_run
 
     if cfg.get("output"):  # samples are logged only when written
         tracking.check_tracking(cfg)

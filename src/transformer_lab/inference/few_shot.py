@@ -46,7 +46,7 @@ class ProjectLM:
 
     @classmethod
     def load(cls, model: str) -> ProjectLM:
-        from transformer_lab.pipelines import load_model
+        from transformer_lab.inference.pipeline import load_model
 
         loaded = load_model(model)
         if loaded.family != "gpt_pretraining":

@@ -6,7 +6,7 @@ project files its values point to, and follows the Python imports from the entry
 modules through the package (imports inside functions too). `tests/test_pipeline_deps.py` fails
 when a stage's `deps` differ from that set; after adding or moving code, rewrite them with
 
-    python -m transformer_lab.stage_deps          (what `make deps` runs)
+    python -m transformer_lab.runtime.stage_deps          (what `make deps` runs)
 
 which keeps every other dependency (prepared data, earlier stages' outputs) as it is. No stage
 imports this module, so changing it reruns nothing.
@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from transformer_lab.utils.resolvers import register_resolvers
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SRC, CONF = ROOT / "src", ROOT / "conf"
 COMPUTED = ("src/", "conf/", "pipelines/")  # the dependencies this module owns; the rest are data
 
@@ -70,7 +70,13 @@ def module_file(name: str) -> Path | None:
 def imported_modules(path: Path) -> set[str]:
     """Every module an import statement in `path` names, inside functions too, and its parent packages."""
     names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    # A module's `__getattr__` (PEP 562: the package's lazy `transformer_lab.pipeline`) imports only
+    # when that attribute is read, which no stage does: importing the package does not run it.
+    lazy = {id(n) for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "__getattr__" for n in ast.walk(f)}
+    for node in ast.walk(tree):
+        if id(node) in lazy:
+            continue
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

@@ -1,4 +1,4 @@
-"""Run a command whose pipeline stages start in a warm interpreter: `python -m transformer_lab.warm_start dvc repro`.
+"""Run a command whose pipeline stages start in a warm interpreter: `python -m transformer_lab.runtime.warm_start dvc repro`.
 
 Every stage of `dvc repro` is a fresh `python3 pipelines/X.py`, and importing Lightning, torch,
 MLflow and their neighbours costs each one about 7 s on two cores, more than many stages spend
@@ -218,7 +218,7 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m transformer_lab.warm_start",
+        prog="python -m transformer_lab.runtime.warm_start",
         description="Run COMMAND (e.g. `dvc repro`) with the project's pipeline stages started in a warm "
                     "interpreter: Lightning, torch and MLflow are imported once, not once per stage.")
     parser.add_argument("--preload", default=",".join(PRELOAD), metavar="MODULES",

@@ -13,12 +13,15 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from transformer_lab import plots, published, tracking
-from transformer_lab.callbacks import RandomState
-from transformer_lab.checkpoints import read_checkpoint
+from transformer_lab.data import published
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.families import FamilyDataModule, check_config
+from transformer_lab.tasks.checkpoints import read_checkpoint
 from transformer_lab.tasks.embeddings import TokenEmbeddings
+from transformer_lab.tracking import runs as tracking
+from transformer_lab.training import logged_model
+from transformer_lab.training.callbacks import RandomState
+from transformer_lab.utils import plots
 from transformer_lab.utils.cli import JOB_DIR_ENV
 from transformer_lab.utils.instantiate import instantiate_collection
 from transformer_lab.utils.io import atomic_write_json
@@ -72,7 +75,7 @@ def debug_choice() -> str | None:
     return HydraConfig.get().runtime.choices.get("debug") if HydraConfig.initialized() else None
 
 
-def register_as(cfg: DictConfig, family, data_fingerprint: str) -> tracking.RegisterAs | None:
+def register_as(cfg: DictConfig, family, data_fingerprint: str) -> logged_model.RegisterAs | None:
     """How the run's model is registered (tracking.register), saying why when a debug run's is not."""
     if not cfg.tracking.register:
         if cfg.tracking.log_trained_model and debug_choice():
@@ -80,7 +83,7 @@ def register_as(cfg: DictConfig, family, data_fingerprint: str) -> tracking.Regi
                   "tracking.register=true registers it")
         return None
     metric = family.metric(cfg.optimized_metric)
-    return tracking.RegisterAs(cfg.task_name, metric.name, metric.mode, data_fingerprint,
+    return logged_model.RegisterAs(cfg.task_name, metric.name, metric.mode, data_fingerprint,
                                force_champion=cfg.tracking.get("champion") == "force")
 
 
@@ -144,8 +147,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
             record.log_metrics({"embeddings/word2vec_coverage": coverage})
         settings = {**OmegaConf.to_container(cfg.data.datamodule, resolve=True), **published_tokenizer}
         data_fingerprint = record.record_data(settings)  # None: no MLflow run to record it in
-        record.finish([metrics_path, output_dir / "history.csv", curves], checkpoint=best or None,
-                      log_model=bool(cfg.tracking.log_trained_model),
-                      register_as=register_as(cfg, family, data_fingerprint) if data_fingerprint else None)
+        record.finish([metrics_path, output_dir / "history.csv", curves], checkpoint=best or None)
+        if record.logger and best and cfg.tracking.log_trained_model:
+            logged_model.log_pipeline_model(record.logger, best, register_as(cfg, family, data_fingerprint)
+                                            if data_fingerprint else None)
         print_summary(cfg, metrics, output_dir, time.perf_counter() - started, record.link)
     return metrics

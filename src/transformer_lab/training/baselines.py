@@ -18,13 +18,13 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from transformer_lab import tracking
-from transformer_lab.checkpoints import ESTIMATOR_FILE, PREPROCESSOR_FILE, XGBOOST_FILE
 from transformer_lab.data.tabular import EncodedRows, TabularEncoder, TabularPreprocessor, encoded_splits, read_schema
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.tasks.checkpoints import ESTIMATOR_FILE, PREPROCESSOR_FILE, XGBOOST_FILE
 from transformer_lab.tasks.tabular_classification import score_probabilities
+from transformer_lab.tracking import runs as tracking
+from transformer_lab.training import logged_model
 from transformer_lab.utils.io import atomic_write_json
-
 
 
 def is_xgboost(estimator) -> bool:
@@ -134,8 +134,9 @@ def train_baseline(cfg: DictConfig) -> dict[str, float]:
     logger = tracking.find_mlflow_logger(tracking.build_loggers(cfg))
     record.start(logger)
     record.log_metrics(metrics)
-    record.finish([metrics_path, model_path, preprocessor_path],
-                  baseline=output_dir if cfg.tracking.log_trained_model else None)
+    record.finish([metrics_path, model_path, preprocessor_path])
+    if record.logger and cfg.tracking.log_trained_model:
+        logged_model.log_pipeline_model(record.logger, output_dir)
     if logger:
         logger.finalize("success")
     return metrics

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from transformer_lab.errors import TransformerLabError
 
-PIPELINES_MODULE = "transformer_lab.pipelines"
+PIPELINES_MODULE = "transformer_lab.inference.pipeline"
 URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # runs:/, models:/, hf:NAME: looked up when the model loads
 
 

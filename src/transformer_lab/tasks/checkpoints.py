@@ -18,7 +18,6 @@ import torch
 
 from transformer_lab.errors import TransformerLabError
 
-
 FAMILY_KEY = "family"
 # A fitted tabular baseline (baselines.py) has no checkpoint: its folder holds the estimator in its
 # own format (XGBoost's, or skops for scikit-learn; neither a pickle) and the preprocessor as JSON.

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.callbacks import EarlyStopping
 import numpy as np
 import torch
+from lightning.pytorch.callbacks import EarlyStopping
 
 from transformer_lab.utils.io import atomic_write_text
 

@@ -27,7 +27,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.utils.dvc_outputs import declared_outputs
 from transformer_lab.utils.io import atomic_directory
@@ -51,7 +50,7 @@ DVC_TEMPLATE = re.compile(r"\$\{[^}]*\}")  # ${item.model} in a dvc.yaml path: o
 def model_paths(source: str) -> list[Path]:
     """The model's own folder (a stage's: the checkpoint's, or the one above its checkpoints/) and
     checkpoint when model= is a local path; none for an MLflow run, whose files are MLflow's copy."""
-    from transformer_lab.pipelines import model_path
+    from transformer_lab.inference.pipeline import model_path
 
     path = Path(source)
     if not path.exists():

@@ -56,12 +56,10 @@ class PublishedBert:
                 "max_len": hf["max_position_embeddings"], "type_vocab_size": hf.get("type_vocab_size", 2),
                 "layer_norm_eps": hf.get("layer_norm_eps", 1e-12), "pad_id": hf.get("pad_token_id") or 0}
 
-    def body_state_dict(self) -> dict[str, torch.Tensor]:
-        """The encoder body's weights (models.bert.BertModel names: embeddings, blocks, pooler)."""
-        from transformer_lab.models.bert import from_hf_state_dict
-
-        state = from_hf_state_dict(read_weights(self.folder))
-        return {k.removeprefix("bert."): v for k, v in state.items() if k.startswith("bert.")}
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The folder's weights under Hugging Face's names (tasks/pretrained.py's published_body
+        renames them to models/bert.py's)."""
+        return read_weights(self.folder)
 
     def tokenizer(self) -> Tokenizer:
         return folder_tokenizer(self.folder)

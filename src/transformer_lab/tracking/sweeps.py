@@ -104,7 +104,7 @@ class SweepRecord(Callback):
             return
         from mlflow import MlflowClient
 
-        from transformer_lab import tracking
+        from transformer_lab.tracking import runs as tracking
 
         client = MlflowClient(config.paths.mlflow_tracking_uri)
         experiment_id = tracking.experiment_id(client, config.task_name, config.paths.tracking_dir)
@@ -140,7 +140,7 @@ class SweepRecord(Callback):
         atomic_write_json(output_dir / JOB_OUTCOME, {"job": int(config.hydra.job.num), "failure": reason,
                                                      "user_error": by_user, "overrides": list(job_return.overrides)})
         if error is not None and config.get("logger") and "mlflow" in config.logger:
-            from transformer_lab import tracking
+            from transformer_lab.tracking import runs as tracking
 
             tracking.record_failed_job(config, output_dir, list(job_return.overrides),
                                        sweep_parent_run_id(config.hydra.sweep.dir), reason)

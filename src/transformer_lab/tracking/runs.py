@@ -12,19 +12,19 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
-from lightning.pytorch.loggers import Logger, MLFlowLogger
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import Logger, MLFlowLogger
 from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.hydra_callbacks import sweep_parent_run_id
+from transformer_lab.tracking.registry import DATA_FINGERPRINT
+from transformer_lab.tracking.sweeps import sweep_parent_run_id
 from transformer_lab.utils.io import atomic_write_json
 from transformer_lab.utils.resolvers import default_artifact_location
 
@@ -166,7 +166,6 @@ def run_link(tracking_uri: str, experiment_id: str, run_id: str, project_store: 
 # which examples a run trains and is scored on: runs that differ only in them are scored on the same data.
 NOT_DATA_SETTINGS = frozenset({"batch_size", "eval_batch_size", "num_workers", "shuffle", "word_dropout",
                                "crop_padding", "horizontal_flip"})
-DATA_FINGERPRINT = "data_fingerprint"  # tag of a run and of its registered model version
 
 
 def content_hash(path: Path) -> str:
@@ -299,42 +298,6 @@ def log_artifacts(logger: MLFlowLogger, paths: list[str | Path], artifact_path: 
             logger.experiment.log_artifact(logger.run_id, str(path), artifact_path)
 
 
-@dataclass(frozen=True)
-class RegisterAs:
-    """A run's model as a version of registered model `name`, champion by `metric` (mode: max or min)
-    over a champion scored on the same data (data_fingerprint), or whatever it scored with force_champion."""
-    name: str
-    metric: str
-    mode: str
-    data_fingerprint: str | None
-    force_champion: bool = False
-
-
-def log_pipeline_model(logger: MLFlowLogger, checkpoint: str | Path, register_as: RegisterAs | None = None) -> str | None:
-    """The pipeline of the checkpoint (or of a baseline's folder) as the run's MLflow model
-    (serving.py) and, with register_as, a registered version of it; prints whether it took the alias
-    `champion` and why. Returns the model's URI (None for a model no pipeline reads)."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from transformer_lab import serving
-
-    mlflow.set_tracking_uri(logger._tracking_uri)
-    uri = serving.log_pipeline_model(logger.run_id, checkpoint)
-    if uri and register_as:
-        name = register_as.name
-        try:
-            registered = serving.register(uri, name, logger.run_id, register_as.metric, register_as.mode,
-                                          register_as.data_fingerprint, force=register_as.force_champion)
-        except MlflowException as err:  # e.g. a file store, which has no registry
-            print(f"model registry: not registered ({str(err).splitlines()[0][:160]})")
-        else:
-            print(f"model registry: {name} version {registered.version} "
-                  f"{'is' if registered.champion else 'is not'} {serving.CHAMPION}: {registered.reason} "
-                  f"(models:/{name}@{serving.CHAMPION})")
-    return uri
-
-
 FAILURE_TAG = "failure"  # a failed sweep job's run: the one-line reason
 
 
@@ -428,20 +391,14 @@ class RunRecord(Callback):
             self.logger.experiment.set_tag(self.logger.run_id, key, value)
         return tags[DATA_FINGERPRINT]
 
-    def finish(self, files: list[str | Path], checkpoint: str | None = None, log_model: bool = False,
-               register_as: RegisterAs | None = None, baseline: str | Path | None = None) -> None:
-        """files: under the run's artifacts; checkpoint: under checkpoints/ and, with log_model, as the
-        run's pipeline model (registered with register_as); baseline: a fitted baseline's folder, whose
-        pipeline becomes the run's model."""
+    def finish(self, files: list[str | Path], checkpoint: str | None = None) -> None:
+        """files: under the run's artifacts; checkpoint: under checkpoints/. The run's model is logged
+        by the stage that trained it (training/logged_model.py), not here: tracking knows no model."""
         if self.logger is None:
             return
         log_artifacts(self.logger, files)
         if checkpoint:
             log_artifacts(self.logger, [checkpoint], "checkpoints")
-        if log_model and checkpoint:
-            log_pipeline_model(self.logger, checkpoint, register_as)
-        if baseline is not None:
-            log_pipeline_model(self.logger, baseline)
 
     @property
     def link(self) -> str | None:

@@ -1,0 +1,1 @@
+"""Using trained models: pipeline() tasks, loading, export, predict, generate, few-shot."""

@@ -1,0 +1,1 @@
+"""How entry points start: the bootstrap, the warm interpreter, stage dependencies."""

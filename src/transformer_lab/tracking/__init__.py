@@ -1,0 +1,1 @@
+"""MLflow: runs, the model registry, serving records, the team server, sweep records."""
