@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from transformer_lab.models.attention import MultiHeadSelfAttention
+from transformer_lab.models.attention import MultiHeadAttention
 from transformer_lab.models.dropout import Dropout, dropout, keep_mask
 from transformer_lab.models.gpt import GPTConfig, GPTLMHeadModel
 
@@ -88,8 +88,8 @@ def test_fast_false_is_torchs_own_stream():
 
 def test_attention_with_cheap_masks_matches_torchs_in_eval_and_drops_in_training():
     torch.manual_seed(0)
-    fast = MultiHeadSelfAttention(32, 4, dropout=0.3)
-    slow = MultiHeadSelfAttention(32, 4, dropout=0.3, fast_dropout=False)
+    fast = MultiHeadAttention(32, 4, dropout=0.3)
+    slow = MultiHeadAttention(32, 4, dropout=0.3, fast_dropout=False)
     slow.load_state_dict(fast.state_dict())
     x = torch.randn(2, 9, 32)
     padding = torch.ones(2, 9, dtype=torch.bool)
@@ -118,5 +118,5 @@ def test_models_use_the_config_choice():
     slow = GPTLMHeadModel(GPTConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=8, fast_dropout=False))
     assert {m.fast for m in fast.modules() if isinstance(m, Dropout)} == {True}
     assert {m.fast for m in slow.modules() if isinstance(m, Dropout)} == {False}
-    assert all(m.fast_dropout is False for m in slow.modules() if isinstance(m, MultiHeadSelfAttention))
+    assert all(m.fast_dropout is False for m in slow.modules() if isinstance(m, MultiHeadAttention))
     assert fast.state_dict().keys() == slow.state_dict().keys()

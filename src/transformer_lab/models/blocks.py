@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from transformer_lab.models.attention import KVCache, MultiHeadSelfAttention
+from transformer_lab.models.attention import KVCache, MultiHeadAttention
 from transformer_lab.models.dropout import Dropout
 
 # gelu_tanh: the tanh approximation that GPT-1 and GPT-2 were trained with ("gelu_new" in transformers)
@@ -103,7 +103,7 @@ class TransformerBlock(nn.Module):
         fast_dropout: cheap dropout masks on CPU (models/dropout.py); False for torch's own."""
         super().__init__()
         self.norm_first = norm_first
-        self.attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout, bias=bias, fast_dropout=fast_dropout)
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fast_dropout=fast_dropout)
         self.ln1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         if ffn == "dense":
             self.mlp = FeedForward(d_model, d_ff, activation, dropout, bias, fast_dropout)
@@ -114,8 +114,8 @@ class TransformerBlock(nn.Module):
         self.ln2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.cross_attn = self.ln_cross = None
         if cross_attention:
-            self.cross_attn = MultiHeadSelfAttention(d_model, n_heads, dropout=dropout, bias=bias,
-                                                     fast_dropout=fast_dropout)
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias,
+                                                 fast_dropout=fast_dropout)
             self.ln_cross = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
         self.dropout = Dropout(dropout, fast=fast_dropout)
 
@@ -134,7 +134,7 @@ class TransformerBlock(nn.Module):
         cross_cache: KVCache | None = None,
         keys_from: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None]:
-        """x: (batch, length, d_model); the other arguments are MultiHeadSelfAttention's, by name.
+        """x: (batch, length, d_model); the other arguments are MultiHeadAttention's, by name.
         context, context_padding_mask, cross_cache (cross-attention blocks only): the encoder's
         states (batch, source length, d_model), its padding (True = real token) and the cache
         that keeps their keys and values between decoding steps.
