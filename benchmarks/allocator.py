@@ -5,7 +5,7 @@ steps in processes of their own, with glibc's defaults and with freed memory kep
                                    [--steps 8] [--warmup 3]
 
 Each process builds one model (as `benchmarks/throughput.py` does: same config, batch 32 x 128,
-dropout 0.1, the tasks' losses; but per-tensor AdamW, with which `allocator_cpu_epyc3.json` was
+dropout 0.1, the tasks' losses; but per-tensor AdamW, with which `allocator_cpu.json` was
 measured, where `throughput.py`'s steps now take the fused one), runs `--warmup` untimed training steps, then `--steps`
 timed ones, and reports per step: wall milliseconds, minor page faults, and user and kernel
 (system) CPU milliseconds (getrusage). `--pairs` pairs of processes per model, defaults first in

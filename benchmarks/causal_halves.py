@@ -1,4 +1,4 @@
-"""What computing causal attention in halves is worth (`models/attention.py`): one training layer of
+"""What computing causal attention in halves is worth (`models/attention_fast.py`): one training layer of
 attention, forward and backward with dropout, whole against in halves (the first half of the
 queries against the first half of the keys only), at each context length, taking turns.
 
@@ -8,7 +8,7 @@ queries against the first half of the keys only), at each context length, taking
 The batch holds `--tokens` positions at every length (batch = tokens / length), so every length
 does the same projection work. Writes, per length, the median milliseconds of a forward and
 backward `{length}_whole_ms` and `{length}_halves_ms`, and `{length}_halves_speedup` (whole /
-halves), with the machine and settings. `CAUSAL_HALVES_MIN_LENGTH` in `models/attention.py` is
+halves), with the machine and settings. `CAUSAL_HALVES_MIN_LENGTH` in `models/attention_fast.py` is
 where halves stop losing.
 """
 
@@ -24,24 +24,24 @@ from pathlib import Path
 def measure(length: int, args) -> dict:
     import torch
 
-    from transformer_lab.models import attention
+    from transformer_lab.models import attention, attention_fast
 
-    layer = attention.MultiHeadSelfAttention(args.width, args.heads, dropout=0.1).train()
+    layer = attention.MultiHeadAttention(args.width, args.heads, dropout=0.1).train()
     x = torch.randn(max(args.tokens // length, 1), length, args.width, requires_grad=True)
     limits = {"halves": 1, "whole": 2**62}  # CAUSAL_HALVES_MIN_LENGTH for each way
     seconds = {name: [] for name in limits}
-    saved = attention.CAUSAL_HALVES_MIN_LENGTH
+    saved = attention_fast.CAUSAL_HALVES_MIN_LENGTH
     try:
         for iteration in range(args.warmup + args.iterations):
             for name, limit in limits.items():
-                attention.CAUSAL_HALVES_MIN_LENGTH = limit
+                attention_fast.CAUSAL_HALVES_MIN_LENGTH = limit
                 start = time.perf_counter()
                 out, _ = layer(x, is_causal=True)
                 out.sum().backward()
                 if iteration >= args.warmup:
                     seconds[name].append(time.perf_counter() - start)
     finally:
-        attention.CAUSAL_HALVES_MIN_LENGTH = saved
+        attention_fast.CAUSAL_HALVES_MIN_LENGTH = saved
     whole, halves = (statistics.median(seconds[name]) for name in ("whole", "halves"))
     print(f"{length:>5} positions: whole {whole * 1e3:.2f} ms, halves {halves * 1e3:.2f} ms", flush=True)
     return {f"{length}_whole_ms": round(whole * 1e3, 3), f"{length}_halves_ms": round(halves * 1e3, 3),

@@ -17,7 +17,7 @@ from transformer_lab.data.gpt import (
 )
 from transformer_lab.data.tokenizers import END_OF_TEXT, GPT_SPECIAL, prepare_tokenizers, train_tokenizer
 from transformer_lab.errors import DataError, TransformerLabError
-from transformer_lab.models.attention import MultiHeadSelfAttention
+from transformer_lab.models.attention import MultiHeadAttention
 from transformer_lab.models.blocks import MixtureOfExperts
 from transformer_lab.models.gpt import (
     SIZES,
@@ -430,7 +430,7 @@ def test_gpt_fine_tuning_learns_and_the_lm_loss_is_optional(bpe_path, tmp_path):
 
 
 def test_attention_cache_appends_keys_and_values():
-    attention = MultiHeadSelfAttention(16, 2).eval()
+    attention = MultiHeadAttention(16, 2).eval()
     from transformer_lab.models.attention import KVCache
 
     cache = KVCache()

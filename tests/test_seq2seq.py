@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_lab.models.attention import KVCache, MultiHeadSelfAttention
+from transformer_lab.models.attention import KVCache, MultiHeadAttention
 from transformer_lab.models.blocks import TransformerBlock
 from transformer_lab.models.seq2seq import (
     SIZES,
@@ -26,7 +26,7 @@ def tiny(**overrides) -> TransformerSeq2Seq:
     return TransformerSeq2Seq(Seq2SeqConfig(**{**options, **overrides})).eval()
 
 
-def naive_cross_attention(attn: MultiHeadSelfAttention, queries_from, keys_from, source_mask):
+def naive_cross_attention(attn: MultiHeadAttention, queries_from, keys_from, source_mask):
     """softmax(Q K^T / sqrt(d)) V per head: Q from the decoder's states, K and V from the encoder's."""
     heads = []
     for h in range(attn.n_heads):
@@ -41,7 +41,7 @@ def naive_cross_attention(attn: MultiHeadSelfAttention, queries_from, keys_from,
 
 def test_cross_attention_matches_the_naive_formula_and_ignores_source_padding():
     torch.manual_seed(0)
-    attn = MultiHeadSelfAttention(16, 4).eval()
+    attn = MultiHeadAttention(16, 4).eval()
     decoder_states, encoder_states = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     source_mask = torch.ones(2, 7, dtype=torch.bool)
     source_mask[1, 4:] = False
@@ -61,7 +61,7 @@ def test_cross_attention_matches_the_naive_formula_and_ignores_source_padding():
 
 def test_cross_attention_cache_computes_the_source_once():
     torch.manual_seed(0)
-    attn = MultiHeadSelfAttention(16, 2).eval()
+    attn = MultiHeadAttention(16, 2).eval()
     memory, cache = torch.randn(1, 6, 16), KVCache()
     first, _ = attn(torch.randn(1, 1, 16), context=memory, cache=cache)
     keys = cache.keys

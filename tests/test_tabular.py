@@ -309,7 +309,7 @@ def test_a_nan_value_in_a_row_is_pandas_missing_cell_not_a_number(prepared_toy):
 def test_a_missing_cell_of_a_served_row_is_imputed_not_taken_for_a_missing_column(prepared_toy):
     """The served model reads a table of rows; pandas fills a cell it lacks with NaN, which is a
     missing cell of that row, not a column the row has not got."""
-    from transformer_lab.tracking.serving import records_to_inputs
+    from transformer_lab.inference.served import records_to_inputs
 
     preprocessor, rows, _ = prepared_toy
     served = records_to_inputs("tabular-classification", pd.DataFrame([{**rows[0], "size": float("nan")}]))

@@ -92,7 +92,7 @@ def test_resume_without_checkpoint_is_a_clear_error(tmp_path, smoke_overrides):
 
 @pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_evaluate_logs_into_the_training_run(smoke_run, prepared_atis, tmp_path):
-    result = run([PYTHON, ROOT / "pipelines" / "evaluate_atis.py", f"train_dir={smoke_run['dir']}",
+    result = run([PYTHON, ROOT / "pipelines" / "evaluate.py", "evaluate=atis", f"train_dir={smoke_run['dir']}",
                   f"data.prepared_dir={prepared_atis}", f"hydra.run.dir={tmp_path / 'eval'}"],
                  env={"MLFLOW_TRACKING_URI": smoke_run["uri"]})
     assert result.returncode == 0, result.stderr
@@ -191,7 +191,7 @@ def test_logged_mlflow_model_is_the_pipeline_and_the_registry_names_a_champion(s
 @pytest.mark.slow  # over 20 s here (a CLI process or training first): the full suite's
 def test_the_champion_moves_only_to_a_better_run_on_the_same_data(tmp_path):
     import mlflow
-    from transformer_lab.tracking.serving import register
+    from transformer_lab.tracking.registry import register
 
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")
     code = tmp_path / "identity.py"  # the smallest model MLflow logs from code

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from lightning.pytorch.loggers import MLFlowLogger
 
-from transformer_lab.inference import served
 from transformer_lab.tracking import registry
 
 
@@ -29,6 +28,9 @@ def log_pipeline_model(logger: MLFlowLogger, checkpoint: str | Path, register_as
     `champion` and why. Returns the model's URI (None for a model no pipeline reads)."""
     import mlflow
     from mlflow.exceptions import MlflowException
+
+    # here, once training is done: the pyfunc's module (and MLflow's pyfunc with it) is needed only now
+    from transformer_lab.inference import served
 
     mlflow.set_tracking_uri(logger._tracking_uri)
     uri = served.log_pipeline_model(logger.run_id, checkpoint)

@@ -6,7 +6,7 @@ block over 32 MiB always, a smaller one until a block that size has been freed o
 gives the free top of its heap back to the kernel once that exceeds twice the mmap threshold. A
 training step holds hundreds of megabytes of activations (GPT's logits alone, 32 x 128 tokens over
 8,000 words, are 131 MB) and frees them in its backward pass, so every step gave them back and the
-next one faulted them in anew as zeroed pages: kernel time on every step (figures in the README's
+next one faulted them in anew as zeroed pages: kernel time on every step (figures in docs/performance.md,
 *Training speed*). With mmap off (M_MMAP_MAX 0: every block from the heap; glibc still maps one
 the heap cannot grow to hold) and the trim threshold at 1 GiB, freed blocks are reused. The cost:
 the process keeps its peak heap, which a training process reaches again on its next step anyway.
