@@ -24,6 +24,8 @@ def _use_project_python() -> None:
           "`source .venv/bin/activate` (or call .venv/bin/python)", file=sys.stderr)
     sys.exit(2)
 
+
+def _hand_over_to_warm_interpreter() -> None:
     # under `python -m transformer_lab.runtime.warm_start dvc repro` (make run): no imports of our own here
     from transformer_lab.runtime.warm_start import hand_over
 
