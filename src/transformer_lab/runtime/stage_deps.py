@@ -133,7 +133,9 @@ def what_a_stage_reads(command: str, stage_name: str) -> set[Path]:
                 _walk(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node, resolved)
     finally:
         os.environ.pop("DVC_STAGE") if previous is None else os.environ.update(DVC_STAGE=previous)
-    modules = {module_file(v.rsplit(".", 1)[0]) for kind, v in found if kind == "target"}
+    # a `_target_`'s module, and the packages above it: importing it runs their __init__.py first
+    targets = [v.rsplit(".", 1)[0].split(".") for kind, v in found if kind == "target"]
+    modules = {module_file(".".join(parts[:i])) for parts in targets for i in range(1, len(parts) + 1)}
     # values that name a file of the project's own (a table schema, a builtin data file): read at run time
     pointed = {Path(v).resolve() for kind, v in resolved if kind == "value" and "/" in v and len(v) < 300}
     pointed = {p for p in pointed if p.is_file() and (p.is_relative_to(CONF) or p.is_relative_to(SRC))}
