@@ -67,7 +67,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "100", "2")
     set_param(conf / "experiment" / "translation.yaml", "max_epochs", "3", "1")
     set_param(conf / "experiment" / "multimodal.yaml", "max_epochs", "8", "1")
-    set_param(conf / "evaluate_translation.yaml", "max_sentences", "null", "128")
+    set_param(conf / "evaluate" / "translation.yaml", "max_sentences", "null", "128")
     for experiment, epochs in (("bert_sentiment", "5"), ("bert_pairs", "5"), ("atis_bert", "3"), ("bert_qa", "2"),
                                 ("atis_builtin", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")

@@ -412,7 +412,7 @@ def trained(tmp_path_factory):
                                        "callbacks.rich_progress_bar=null", *data], root / variant)
         metrics[variant] = train(cfg)
     models = ",".join(f"{v}:{root / v}" for v in metrics)
-    eval_cfg = compose_config("evaluate_multimodal", ["logger=none", f"models={{{models}}}", *data], root / "eval")
+    eval_cfg = compose_config("evaluate", ["evaluate=multimodal", "logger=none", f"models={{{models}}}", *data], root / "eval")
     return root, metrics, evaluate(eval_cfg)
 
 

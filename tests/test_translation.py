@@ -172,7 +172,7 @@ def trained(tmp_path_factory):
     cfg = compose_config("train", ["experiment=translation", "logger=none", "trainer.max_epochs=6",
                                    "callbacks.rich_progress_bar=null", *data], root / "train")
     metrics = train(cfg)
-    eval_cfg = compose_config("evaluate_translation", [f"train_dir={root / 'train'}", "logger=none", *data],
+    eval_cfg = compose_config("evaluate", ["evaluate=translation", f"train_dir={root / 'train'}", "logger=none", *data],
                               root / "eval")
     return root, metrics, evaluate(eval_cfg)
 

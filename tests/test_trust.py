@@ -158,7 +158,7 @@ def test_evaluation_tells_a_missing_run_from_a_failing_server(tmp_path, monkeypa
 
     from transformer_lab.tracking.evaluations import mlflow_run_for
 
-    cfg = compose_config("evaluate_atis", [], tmp_path)
+    cfg = compose_config("evaluate", ["evaluate=atis"], tmp_path)
     client, run_id = mlflow_run_for(cfg, {"run_id": "0" * 32})  # a run that is gone: a new one
     assert client.get_run(run_id).info.run_name == "evaluate"
 
@@ -171,7 +171,7 @@ def test_evaluation_tells_a_missing_run_from_a_failing_server(tmp_path, monkeypa
     monkeypatch.setattr(_FailingServer, "log_message", lambda self, fmt, *args: requests.append(args[0]))
     try:
         with pytest.raises(TransformerLabError, match=f"MLflow {uri}: cannot read run"):
-            mlflow_run_for(compose_config("evaluate_atis", [], tmp_path), {"run_id": "0" * 32})
+            mlflow_run_for(compose_config("evaluate", ["evaluate=atis"], tmp_path), {"run_id": "0" * 32})
     finally:
         server.shutdown()
     assert not [r for r in requests if "runs/create" in r]  # no second run for the same training
@@ -229,6 +229,7 @@ def test_resume_arguments_are_the_runs_own_with_the_command_line_on_top(tmp_path
 
 HEAVY_MODULES = {"torch", "lightning", "mlflow", "transformers", "pandas"}
 ENTRY_POINTS = sorted(p.name for p in (ROOT / "pipelines").glob("[!_]*.py"))
+CHOICE = {"evaluate.py": ["evaluate=vit"]}  # the entry points that compose nothing without a config group's choice
 
 
 def refused(args: list, env: dict | None = None) -> tuple[str, set[str]]:
@@ -260,7 +261,8 @@ def test_a_config_hydra_cannot_compose_is_one_line_and_exit_2_before_torch_loads
 
 @pytest.mark.parametrize("entry_point", ENTRY_POINTS)
 def test_every_entry_point_refuses_an_unknown_key_with_one_line_and_exit_2(entry_point, tmp_path):
-    line, _ = refused([ROOT / "pipelines" / entry_point, "no_such_key=1", f"hydra.run.dir={tmp_path}"])
+    line, _ = refused([ROOT / "pipelines" / entry_point, *CHOICE.get(entry_point, []), "no_such_key=1",
+                       f"hydra.run.dir={tmp_path}"])
     assert line.startswith("error: Could not override 'no_such_key'."), line
 
 
@@ -360,19 +362,20 @@ def test_prepare_refuses_a_missing_input_before_torch_loads(tmp_path, data, over
 
 
 @pytest.mark.parametrize("entry_point, override, key, missing", [
-    ("evaluate_atis.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
-    ("evaluate_elmo.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
-    ("evaluate_translation.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
-    ("evaluate_vit.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
-    ("evaluate_word2vec.py", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/last.ckpt"),
-    ("evaluate_tabular.py", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
-    ("evaluate_multimodal.py", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
+    ("evaluate.py evaluate=atis", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
+    ("evaluate.py evaluate=elmo", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
+    ("evaluate.py evaluate=translation", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
+    ("evaluate.py evaluate=vit", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/best.ckpt"),
+    ("evaluate.py evaluate=word2vec", "train_dir={tmp}", "checkpoint", "{tmp}/checkpoints/last.ckpt"),
+    ("evaluate.py evaluate=tabular", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
+    ("evaluate.py evaluate=multimodal", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
     ("train_baseline.py", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
     ("train_tokenizers.py", "data.prepared_dir={tmp}", "data.prepared_dir", "{tmp}"),
 ])
 def test_a_missing_input_of_a_stage_is_one_line_before_torch_loads(tmp_path, entry_point, override, key, missing):
     tmp = tmp_path / "nowhere"
-    line, heavy = refused([ROOT / "pipelines" / entry_point, override.format(tmp=tmp), f"hydra.run.dir={tmp_path / 'run'}"])
+    script, *choice = entry_point.split()  # evaluate.py: and the family, evaluate=<family>
+    line, heavy = refused([ROOT / "pipelines" / script, *choice, override.format(tmp=tmp), f"hydra.run.dir={tmp_path / 'run'}"])
     assert line == f"error: {missing.format(tmp=tmp)}: not found ({key})"
     assert heavy == set()
 
@@ -380,10 +383,11 @@ def test_a_missing_input_of_a_stage_is_one_line_before_torch_loads(tmp_path, ent
 def test_a_missing_input_names_the_stage_that_writes_it(tmp_path):
     from transformer_lab.utils.validate import check_inputs
 
-    for config, key, stage in (("evaluate_atis", "checkpoint", "train_atis"),
-                               ("evaluate_word2vec", "checkpoint", "pretrain_word2vec"),
+    for config, key, stage in (("evaluate evaluate=atis", "checkpoint", "train_atis"),
+                               ("evaluate evaluate=word2vec", "checkpoint", "pretrain_word2vec"),
                                ("train_tokenizers", "data.prepared_dir", "prepare_corpus")):
-        cfg = compose_config(config, [f"paths.root_dir={tmp_path}"], tmp_path / "run")
+        config, *choice = config.split()
+        cfg = compose_config(config, [*choice, f"paths.root_dir={tmp_path}"], tmp_path / "run")
         (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text())  # the project's stages, no outputs
         with pytest.raises(TransformerLabError, match=rf": not found \({key}\); run `dvc repro {stage}`$"):
             check_inputs(cfg, key)

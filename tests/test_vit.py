@@ -194,8 +194,8 @@ def test_tiny_vit_trains_and_evaluates_with_figures(prepared_digits, tmp_path):
                  "data.datamodule.crop_padding=0"]
     metrics = train(compose_config("train", overrides, tmp_path / "train"))
     assert metrics["test/acc"] > 0.3  # three times the 0.1 of a guess, after eight short epochs
-    cfg = compose_config("evaluate_vit", ["logger=none", f"train_dir={tmp_path}/train",
-                                          f"data.prepared_dir={prepared_digits}"], tmp_path / "eval")
+    cfg = compose_config("evaluate", ["evaluate=vit", "logger=none", f"train_dir={tmp_path}/train",
+                                      f"data.prepared_dir={prepared_digits}"], tmp_path / "eval")
     scores = evaluate_vit(cfg)
     assert scores["test/acc"] == pytest.approx(metrics["test/acc"], abs=1e-6)
     for name in ("metrics.json", "confusion.csv", "confusion.png", "misclassified.png", "attention.png"):
