@@ -159,11 +159,11 @@ def test_paper_sweep_is_the_12_run_grid(tmp_path):
     from transformer_lab.runtime.config import PROJECT_ROOT
 
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        cfg = compose("train", overrides=["experiment=bert_sentiment", "hparams_search=bert_paper"],
+        cfg = compose("train", overrides=["experiment=bert/sentiment", "hparams_search=bert_paper"],
                       return_hydra_config=True)
     params = cfg.hydra.sweeper.params
     grid = list(itertools.product(*(str(v).split(",") for v in params.values())))
     assert cfg.hydra.mode.name == "MULTIRUN" and len(grid) == 12
     assert set(params) == {"data.datamodule.batch_size", "task.lr", "trainer.max_epochs"}
-    composed = compose_config("train", ["experiment=bert_sentiment"], tmp_path)
+    composed = compose_config("train", ["experiment=bert/sentiment"], tmp_path)
     assert composed.task.pretrained.endswith("artifacts/bert/pretrain/checkpoints/best.ckpt") and composed.test

@@ -64,7 +64,7 @@ def test_deepspeed_configs_instantiate_their_strategies(tmp_path):
 
 
 def test_experiment_and_debug_configs_change_what_they_should(tmp_path):
-    full = compose_config("train", ["experiment=atis"], tmp_path)
+    full = compose_config("train", ["experiment=atis/full"], tmp_path)
     assert full.data.source == "local" and full.trainer.max_epochs == 55 and full.data.datamodule.batch_size == 32
     smoke = compose_config("train", ["debug=smoke", "model.n_heads=2"], tmp_path)
     assert smoke.trainer.max_epochs == 1 and smoke.model.n_heads == 2 and smoke.callbacks.rich_progress_bar is None

@@ -18,7 +18,7 @@ def train(run_dir, prepared, *overrides: str, tracking_uri: str | None = None):
     # the TabTransformer: fixed-size rows and a per-row mean loss, so two half batches average to
     # exactly the full batch's gradient; no dropout (each process draws its own masks)
     logger = ["tracking.log_trained_model=false"] if tracking_uri else ["logger=none"]
-    result = run([PYTHON, ROOT / "pipelines" / "train.py", "experiment=tab_transformer", *logger,
+    result = run([PYTHON, ROOT / "pipelines" / "train.py", "experiment=tabular/tab_transformer", *logger,
                   "callbacks.rich_progress_bar=null", f"data.prepared_dir={prepared}", "data.datamodule.shuffle=false",
                   "model.dropout=0", "model.mlp_dropout=0", f"hydra.run.dir={run_dir}", *overrides],
                  env={"MLFLOW_TRACKING_URI": tracking_uri} if tracking_uri else None)
@@ -64,7 +64,7 @@ def test_multirun_with_ddp_is_one_mlflow_run_per_job(tmp_path):
     prepared = tmp_path / "penguins"
     prepare("builtin", str(prepared), str(ROOT / "conf/schemas/penguins.yaml"))
     uri = f"sqlite:///{tmp_path}/ddp_sweep.db"
-    result = run([PYTHON, ROOT / "pipelines" / "train.py", "-m", "experiment=tab_transformer", "trainer=ddp_cpu",
+    result = run([PYTHON, ROOT / "pipelines" / "train.py", "-m", "experiment=tabular/tab_transformer", "trainer=ddp_cpu",
                   "model.n_heads=2,4", "++trainer.max_steps=3", "callbacks.rich_progress_bar=null",
                   f"data.prepared_dir={prepared}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
                  env={"MLFLOW_TRACKING_URI": uri})
@@ -93,7 +93,7 @@ def test_two_nodes_started_by_torchrun_match_one_process(tmp_path):
     launches = [subprocess.Popen(
         [PYTHON, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1", f"--node_rank={rank}",
          "--master_addr=127.0.0.1", f"--master_port={port}", str(ROOT / "pipelines" / "train.py"),
-         "experiment=tab_transformer", "trainer=ddp_cpu", "trainer.devices=1", "trainer.num_nodes=2",
+         "experiment=tabular/tab_transformer", "trainer=ddp_cpu", "trainer.devices=1", "trainer.num_nodes=2",
          "++trainer.max_steps=6", "data.datamodule.batch_size=8", "tracking.log_trained_model=false",
          "callbacks.rich_progress_bar=null", f"data.prepared_dir={prepared}", "data.datamodule.shuffle=false",
          "model.dropout=0", "model.mlp_dropout=0", f"hydra.run.dir={node}"],

@@ -54,22 +54,22 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     for key, old, new in [("n_train", "4000", "300"), ("n_dev", "500", "60"), ("n_test", "800", "60")]:
         set_param(conf / "data" / "atis.yaml", key, old, new)
     set_param(conf / "trainer" / "default.yaml", "max_epochs", "15", "1")
-    set_param(conf / "experiment" / "word2vec.yaml", "max_epochs", "5", "1")
-    set_param(conf / "experiment" / "elmo_pretrain.yaml", "max_epochs", "2", "1")
-    set_param(conf / "experiment" / "bert_pretrain.yaml", "max_epochs", "2", "1")
+    set_param(conf / "experiment" / "word2vec" / "corpus.yaml", "max_epochs", "5", "1")
+    set_param(conf / "experiment" / "elmo" / "pretrain.yaml", "max_epochs", "2", "1")
+    set_param(conf / "experiment" / "bert" / "pretrain.yaml", "max_epochs", "2", "1")
     for key, old, new in [("n_train", "3000", "300"), ("n_validation", "300", "60"), ("n_test", "300", "60")]:
         set_param(conf / "data" / "qa.yaml", key, old, new)
     set_param(conf / "data" / "bert_pretraining.yaml", "max_documents", "null", "60")
-    set_param(conf / "experiment" / "gpt_pretrain.yaml", "max_epochs", "1", "1")
+    set_param(conf / "experiment" / "gpt" / "pretrain.yaml", "max_epochs", "1", "1")
     set_param(conf / "data" / "gpt_pretraining.yaml", "samples_per_epoch", "6400", "320")
-    set_param(conf / "experiment" / "gpt_sentiment.yaml", "max_epochs", "5", "1")
-    set_param(conf / "experiment" / "vit.yaml", "max_epochs", "35", "1")
-    set_param(conf / "experiment" / "tab_transformer.yaml", "max_epochs", "100", "2")
-    set_param(conf / "experiment" / "translation.yaml", "max_epochs", "3", "1")
-    set_param(conf / "experiment" / "multimodal.yaml", "max_epochs", "8", "1")
+    set_param(conf / "experiment" / "gpt" / "sentiment.yaml", "max_epochs", "5", "1")
+    set_param(conf / "experiment" / "vit" / "digits.yaml", "max_epochs", "35", "1")
+    set_param(conf / "experiment" / "tabular" / "tab_transformer.yaml", "max_epochs", "100", "2")
+    set_param(conf / "experiment" / "translation" / "builtin.yaml", "max_epochs", "3", "1")
+    set_param(conf / "experiment" / "multimodal" / "base.yaml", "max_epochs", "8", "1")
     set_param(conf / "evaluate" / "translation.yaml", "max_sentences", "null", "128")
-    for experiment, epochs in (("bert_sentiment", "5"), ("bert_pairs", "5"), ("atis_bert", "3"), ("bert_qa", "2"),
-                                ("atis_builtin", "4")):
+    for experiment, epochs in (("bert/sentiment", "5"), ("bert/pairs", "5"), ("atis/bert", "3"), ("bert/qa", "2"),
+                                ("atis/builtin", "4")):
         set_param(conf / "experiment" / f"{experiment}.yaml", "max_epochs", epochs, "1")
     # every datamodule caps its splits alike (data.datamodule.max_examples): seconds per stage
     for data in ("atis_bert", "bert_pretraining", "elmo_pretraining", "gpt_pretraining", "gpt_sentiment", "images", "qa",

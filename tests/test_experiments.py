@@ -17,7 +17,8 @@ from transformer_lab.families import family_of_task
 from transformer_lab.training.train import train
 from transformer_lab.runtime.config import compose_config
 
-EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
+EXPERIMENTS = sorted(p.relative_to(ROOT / "conf" / "experiment").with_suffix("").as_posix()
+                     for p in (ROOT / "conf" / "experiment").rglob("*.yaml"))  # family/name: bert/sentiment
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +31,7 @@ def tiny_data_dir(tmp_path_factory) -> Path:
                         ("translation", ["data.builtin.n_train=200", "data.builtin.n_val=40", "data.builtin.n_test=40",
                                          "data.vocab_size=300"])):
         prepare(compose_config("prepare", [f"data={data}", f"paths.data_dir={data_dir}", *extra], root / data))
-    (data_dir / "prepared" / "atis-local").symlink_to(data_dir / "prepared" / "atis")  # experiment=atis reads it
+    (data_dir / "prepared" / "atis-local").symlink_to(data_dir / "prepared" / "atis")  # experiment=atis/full reads it
     cfg = compose_config("train_tokenizers", [f"paths.data_dir={data_dir}", "tokenizers.wordpiece.vocab_size=1000",
                                               "tokenizers.bpe.vocab_size=500", "~tokenizers.char"], root / "tok")
     prepare_tokenizers(cfg.data.prepared_dir, cfg.output_dir, dict(cfg.tokenizers))
@@ -38,16 +39,22 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     (data_dir / "prepared" / "wikitext2").symlink_to(data_dir / "prepared" / "corpus")
     (data_dir / "tokenizers" / "wikitext2").symlink_to(data_dir / "tokenizers" / "corpus")
     (data_dir / "tokenizers" / "wikitext2_bpe8k").symlink_to(data_dir / "tokenizers" / "corpus")
-    (data_dir / "prepared" / "fashion").symlink_to(data_dir / "prepared" / "multimodal")  # multimodal_fashion
-    (data_dir / "prepared" / "multi30k").symlink_to(data_dir / "prepared" / "translation")  # translation_multi30k
-    write_toy_conll(data_dir / "conll2003")  # experiment=bert_ner reads data.data_dir (paths.data_dir/conll2003)
+    (data_dir / "prepared" / "fashion").symlink_to(data_dir / "prepared" / "multimodal")  # multimodal/fashion
+    (data_dir / "prepared" / "multi30k").symlink_to(data_dir / "prepared" / "translation")  # translation/multi30k
+    write_toy_conll(data_dir / "conll2003")  # experiment=bert/ner reads data.data_dir (paths.data_dir/conll2003)
     # a tiny biLM for the experiments that read ELMo features (task.elmo), as `pretrain_elmo` saves one
     save_tiny_bilm(data_dir / "elmo.ckpt", ["<S>", "</S>", "<UNK>", "flights", "to", "boston"])
     return data_dir
 
 
 # the full-size WikiText-2 and Multi30k experiments take 30 s to 100 s each here: the full suite's
-FULL_SIZE = {"bert_pretrain_wikitext2", "bert_pretrain_wikitext2_gpu", "gpt_pretrain_wikitext2", "translation_multi30k"}
+FULL_SIZE = {"bert/pretrain_wikitext2", "bert/pretrain_wikitext2_gpu", "gpt/pretrain_wikitext2", "translation/multi30k"}
+
+
+def test_experiments_are_grouped_by_family():
+    """conf/experiment/<family>/<name>.yaml, one level: experiment=bert/sentiment, never a loose file."""
+    assert len(EXPERIMENTS) >= 32 and all(e.count("/") == 1 for e in EXPERIMENTS), EXPERIMENTS
+    assert FULL_SIZE <= set(EXPERIMENTS)
 
 
 @pytest.mark.parametrize("experiment", [pytest.param(e, marks=pytest.mark.slow) if e in FULL_SIZE else e

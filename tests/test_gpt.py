@@ -274,7 +274,7 @@ def test_tiny_gpt_pretraining_lowers_the_loss_and_generates(gpt_tokenizers, tmp_
     from transformer_lab.inference.generate import generate
     from transformer_lab.training.train import train
 
-    overrides = ["experiment=gpt_pretrain", "logger=none", "data.tokenizer=char", "model.max_len=32",
+    overrides = ["experiment=gpt/pretrain", "logger=none", "data.tokenizer=char", "model.max_len=32",
                  f"data.datamodule.tokenizer_dir={gpt_tokenizers}/tokenizers/char", "data.datamodule.samples_per_epoch=640",
                  "data.datamodule.max_eval_blocks=40", "task.warmup_steps=5", "trainer.max_epochs=2",
                  "callbacks.rich_progress_bar=null", "+trainer.num_sanity_val_steps=0"]
@@ -322,7 +322,7 @@ def test_compiled_training_gives_the_same_model(gpt_tokenizers, tmp_path):
 
     from transformer_lab.training.train import train
 
-    overrides = ["experiment=gpt_pretrain", "logger=none", "data.tokenizer=char", "model.max_len=16",
+    overrides = ["experiment=gpt/pretrain", "logger=none", "data.tokenizer=char", "model.max_len=16",
                  f"data.datamodule.tokenizer_dir={gpt_tokenizers}/tokenizers/char", "data.datamodule.batch_size=8",
                  "data.datamodule.samples_per_epoch=48", "data.datamodule.max_eval_blocks=8", "trainer.max_epochs=1",
                  "callbacks.rich_progress_bar=null", "+trainer.num_sanity_val_steps=0"]

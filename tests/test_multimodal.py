@@ -408,7 +408,7 @@ def trained(tmp_path_factory):
     prepare_stage(compose_config("prepare", ["data=multimodal", *data], root / "prep"))
     metrics = {}
     for variant in ("image", "text", "table", "joint", "late_fusion"):
-        cfg = compose_config("train", [f"experiment=multimodal_{variant}", "logger=none", "trainer.max_epochs=12",
+        cfg = compose_config("train", [f"experiment=multimodal/{variant}", "logger=none", "trainer.max_epochs=12",
                                        "callbacks.rich_progress_bar=null", *data], root / variant)
         metrics[variant] = train(cfg)
     models = ",".join(f"{v}:{root / v}" for v in metrics)

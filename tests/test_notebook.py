@@ -37,9 +37,9 @@ def smoke_models(tiny_data_dir, tmp_path_factory) -> dict[str, str]:
     from transformer_lab.runtime.config import compose_config
 
     root = tmp_path_factory.mktemp("notebook_models")
-    runs = {"sentiment": "bert_sentiment_minilm", "encoder": "bert_sentiment_minilm", "ner": "bert_ner",
-            "qa": "bert_qa", "fill-mask": "bert_pretrain", "generation": "gpt_pretrain", "gpt": "gpt_pretrain",
-            "vit": "vit"}
+    runs = {"sentiment": "bert/sentiment_minilm", "encoder": "bert/sentiment_minilm", "ner": "bert/ner",
+            "qa": "bert/qa", "fill-mask": "bert/pretrain", "generation": "gpt/pretrain", "gpt": "gpt/pretrain",
+            "vit": "vit/digits"}
     folders = {}
     for experiment in sorted(set(runs.values())):
         cfg = compose_config("train", [f"experiment={experiment}", "debug=smoke", "logger=none",

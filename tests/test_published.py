@@ -128,7 +128,7 @@ def test_a_training_run_from_minilm_takes_its_tokenizer_and_sizes(tmp_path):
     from transformer_lab.training.train import train
     from transformer_lab.runtime.config import compose_config
 
-    cfg = compose_config("train", ["experiment=bert_sentiment_minilm", "debug=smoke", "logger=none"], tmp_path / "run")
+    cfg = compose_config("train", ["experiment=bert/sentiment_minilm", "debug=smoke", "logger=none"], tmp_path / "run")
     assert cfg.task.pretrained == "minilm"
     train(cfg)
     saved = torch.load(tmp_path / "run" / "checkpoints" / "best.ckpt", weights_only=True)["hyper_parameters"]

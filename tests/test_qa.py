@@ -272,11 +272,11 @@ def test_tiny_training_learns_and_predicts_offsets_that_slice_to_answers(tokeniz
 
 
 def test_experiment_config_trains_through_the_pipeline(tmp_path, tokenizer_path, one_thread):
-    """experiment=bert_qa composes, and its datamodule, model config and task fit together in train()."""
+    """experiment=bert/qa composes, and its datamodule, model config and task fit together in train()."""
     from transformer_lab.training.train import train
     from transformer_lab.runtime.config import compose_config
 
-    overrides = ["experiment=bert_qa", "debug=smoke", "logger=none", "task.pretrained=null",
+    overrides = ["experiment=bert/qa", "debug=smoke", "logger=none", "task.pretrained=null",
                  f"data.datamodule.tokenizer_path={tokenizer_path}", "data.builtin.n_train=64",
                  "data.builtin.n_validation=32", "data.builtin.n_test=32", "model.n_layers=1", "model.d_model=32"]
     cfg = compose_config("train", overrides, tmp_path)

@@ -186,7 +186,7 @@ def test_training_and_baselines_learn_a_small_table(tmp_path):
     prepared = tmp_path / "prepared"
     prepare("local", str(prepared), str(schema), local_path=str(csv), seed=0)
     common = ["logger=none", f"data.prepared_dir={prepared}"]
-    cfg = compose_config("train", ["experiment=tab_transformer", *common, "callbacks.rich_progress_bar=null",
+    cfg = compose_config("train", ["experiment=tabular/tab_transformer", *common, "callbacks.rich_progress_bar=null",
                                    "trainer.max_epochs=15", "task.lr=3e-3"], tmp_path / "tt")
     metrics = train(cfg)
     assert metrics["test/auroc"] > 0.8 and set(metrics) >= {"test/acc", "test/f1", "val/auroc"}

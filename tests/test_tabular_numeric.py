@@ -212,7 +212,7 @@ def test_a_run_ended_mid_epoch_by_max_steps_is_not_an_early_stopping_error(tmp_p
 
     prepared = tmp_path / "penguins"
     prepare("builtin", str(prepared), str(ROOT / "conf/schemas/penguins.yaml"))
-    cfg = compose_config("train", ["experiment=tab_transformer", "logger=none", f"data.prepared_dir={prepared}",
+    cfg = compose_config("train", ["experiment=tabular/tab_transformer", "logger=none", f"data.prepared_dir={prepared}",
                                    "callbacks.rich_progress_bar=null", "++trainer.max_steps=3",
                                    "data.datamodule.batch_size=16"], tmp_path / "run")
     assert "callbacks" in cfg and cfg.callbacks.early_stopping.monitor == "val/loss"

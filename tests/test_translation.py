@@ -169,7 +169,7 @@ def trained(tmp_path_factory):
     data = [f"paths.data_dir={root / 'data'}", "data.builtin.n_train=1500", "data.builtin.n_val=60",
             "data.builtin.n_test=60", "data.vocab_size=400"]
     prepare_stage(compose_config("prepare", ["data=translation", *data], root / "prep"))
-    cfg = compose_config("train", ["experiment=translation", "logger=none", "trainer.max_epochs=6",
+    cfg = compose_config("train", ["experiment=translation/builtin", "logger=none", "trainer.max_epochs=6",
                                    "callbacks.rich_progress_bar=null", *data], root / "train")
     metrics = train(cfg)
     eval_cfg = compose_config("evaluate", ["evaluate=translation", f"train_dir={root / 'train'}", "logger=none", *data],

@@ -213,12 +213,12 @@ def test_resume_arguments_are_the_runs_own_with_the_command_line_on_top(tmp_path
 
     record = tmp_path / "run" / ".hydra" / "overrides.yaml"
     record.parent.mkdir(parents=True)
-    record.write_text(yaml.safe_dump(["experiment=atis", "model.n_heads=8", "logger.log_pytorch_model=false",
+    record.write_text(yaml.safe_dump(["experiment=atis/full", "model.n_heads=8", "logger.log_pytorch_model=false",
                                       "+callbacks.extra._target_=x.Y", "trainer.max_epochs=10"]))
     given = [f"hydra.run.dir={tmp_path / 'run'}", "ckpt_path=last", "trainer.max_epochs=30", "logger=none",
              "callbacks.extra._target_=x.Z"]
     arguments = resume_run_arguments(given)
-    assert arguments[:-1] == ["experiment=atis", "model.n_heads=8", "+callbacks.extra._target_=x.Z",
+    assert arguments[:-1] == ["experiment=atis/full", "model.n_heads=8", "+callbacks.extra._target_=x.Z",
                               "trainer.max_epochs=30", f"hydra.run.dir={tmp_path / 'run'}", "ckpt_path=last",
                               "logger=none"]
     assert arguments[-1].startswith("hydra.output_subdir=.hydra/resume-")
@@ -324,7 +324,7 @@ def test_bounded_settings_pass_the_checks(tmp_path):
 
     for overrides in (["trainer.max_epochs=-1", "+trainer.max_steps=100"], ["trainer.max_epochs=0"],
                       ["trainer.max_epochs=null"], ["trainer.devices=-1"], ["trainer.devices=auto"],
-                      ["experiment=tab_transformer"]):  # batch_size=auto
+                      ["experiment=tabular/tab_transformer"]):  # batch_size=auto
         check_config(compose_config("train", overrides, tmp_path))
 
 

@@ -189,7 +189,7 @@ def test_tiny_vit_trains_and_evaluates_with_figures(prepared_digits, tmp_path):
     from transformer_lab.evaluation.vit import evaluate as evaluate_vit
     from transformer_lab.training.train import train
 
-    overrides = ["experiment=vit", "logger=none", f"data.prepared_dir={prepared_digits}", "trainer.max_epochs=8",
+    overrides = ["experiment=vit/digits", "logger=none", f"data.prepared_dir={prepared_digits}", "trainer.max_epochs=8",
                  "model.n_layers=1", "model.d_model=32", "callbacks.rich_progress_bar=null",
                  "data.datamodule.crop_padding=0"]
     metrics = train(compose_config("train", overrides, tmp_path / "train"))
