@@ -4,7 +4,7 @@ settings, train on DIR/train alone and score DIR/dev (--score dev).
     python benchmarks/atis.py --data ../shared/data/atis --out results/atis.json [--minutes 10] [--score dev]
 
 DIR is any directory in the seq.in / seq.out / label layout. The model and optimiser come
-from `experiment=atis` (override with --set key=value); no pretrained weights. Writes
+from `experiment=atis/full` (override with --set key=value); no pretrained weights. Writes
 intent_acc, slot_f1, sentence_acc, token_acc, non_o_token_acc (fractions in 0-1),
 train_seconds, params (trainable_params: without a frozen ELMo) and scored_split, with the
 machine and the exact settings.
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = int(args.minutes * 60)
         max_time = f"00:{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"  # DD:HH:MM:SS
         overrides = [
-            "experiment=atis", "logger=none", f"seed={args.seed}",
+            "experiment=atis/full", "logger=none", f"seed={args.seed}",
             f"data.prepared_dir={tmp}/prepared",
             f"data.datamodule.train_splits={'[train,dev]' if args.score == 'test' else '[train]'}",
             f"trainer.max_time='{max_time}'",

@@ -6,7 +6,7 @@ mixed layers, same data, recipe and number of updates, side by side in MLflow.
         --out benchmarks/results/elmo_taggers_atis.json
     python benchmarks/elmo_taggers.py --task conll --data ../shared/data/conll2003 --elmo CKPT ...
 
-The tagger is the from-scratch encoder of `experiment=atis` (override with --set key=value); with
+The tagger is the from-scratch encoder of `experiment=atis/full` (override with --set key=value); with
 ELMo it is the same model with `task.elmo=CKPT`: γ·Σ s_j h_j of the biLM's layers, projected, is
 added to each word embedding, the biLM frozen (models/encoder.py). Tasks and their layouts:
   atis   train/ dev/ test/ with seq.in, seq.out, label          intent_acc, slot_f1 (lower-cased, as prepared)
@@ -67,7 +67,7 @@ def run_one(args, start: str, seed: int, work: Path) -> dict:
 
     run_dir = work / f"{args.task}-{start}-seed{seed}"
     overrides = [
-        "experiment=atis", f"seed={seed}", f"data.prepared_dir={work / 'prepared'}",
+        "experiment=atis/full", f"seed={seed}", f"data.prepared_dir={work / 'prepared'}",
         f"data.datamodule.train_splits={'[train,dev]' if args.score == 'test' else '[train]'}",
         f"trainer.max_epochs={args.epochs}", f"test={args.score == 'test'}",
         # no choice on dev while training: the last weights are scored, once, when training ends

@@ -45,7 +45,7 @@ for strategy in $STRATEGIES; do
     echo "== $strategy: $SIZE, context $CONTEXT, batch $BATCH per device, $STEPS steps, $PRECISION"
     # Validation and checkpoints are cut to a minimum: this measures training steps.
     timeout --signal=INT --kill-after=20 "$SECONDS_PER_STRATEGY" \
-        "$PYTHON" pipelines/train.py experiment=gpt_pretrain task_name=gpu_check "trainer=$strategy" \
+        "$PYTHON" pipelines/train.py experiment=gpt/pretrain task_name=gpu_check "trainer=$strategy" \
         "model.size=$SIZE" "model.max_len=$CONTEXT" model.dropout=0.0 "trainer.precision=$PRECISION" \
         "data.datamodule.batch_size=$BATCH" data.datamodule.max_eval_blocks=32 \
         trainer.max_epochs=1000 "++trainer.max_steps=$STEPS" ++trainer.limit_val_batches=2 \

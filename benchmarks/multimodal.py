@@ -8,7 +8,7 @@ The rows are prepared once, exactly as `pipelines/prepare.py data=multimodal dat
 prepares them (pictures resized once, a stratified split with data seed 0, the word pieces and the
 table encoder fitted on the training rows). The schema is `--schema`, or else
 conf/schemas/<folder name>_<target>.yaml (conf/schemas/fashion_season.yaml for the command above).
-Each variant then trains through the project's training code (`experiment=multimodal_fashion`
+Each variant then trains through the project's training code (`experiment=multimodal/fashion`
 with `model.modalities` / `model.fusion`; `--set` adds Hydra overrides to all of them) for
 `--epochs` epochs (the length of the warm-up + cosine schedule) or `--minutes` minutes of
 training (Lightning's max_time), whichever comes first; the checkpoint with the lowest validation
@@ -47,7 +47,7 @@ def train_variant(variant: str, prepared: Path, schema: Path, seed: int, epochs:
 
     budget = time.strftime("%H:%M:%S", time.gmtime(round(minutes * 60)))
     cfg = compose_config("train", [
-        "experiment=multimodal_fashion", *VARIANTS[variant], "logger=none", f"seed={seed}",
+        "experiment=multimodal/fashion", *VARIANTS[variant], "logger=none", f"seed={seed}",
         f"data.prepared_dir={prepared}", f"data.schema={schema}", f"trainer.max_epochs={epochs}",
         f"trainer.max_time=00:{budget}", "callbacks.rich_progress_bar=null", *overrides], out_dir)
     return train(cfg)

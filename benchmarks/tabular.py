@@ -12,11 +12,11 @@ early stopping and best checkpoint) and is scored on fold k; the encoder and the
 encoding's bins are refitted on each fold's training rows. The neural models run through the
 project's training code, the baselines through `pipelines/train_baseline.py`'s:
 
-    tab_transformer            experiment=tab_transformer (continuous columns beside the encoder)
-    ft_transformer             experiment=ft_transformer (every column a token, linear numeric map)
+    tab_transformer            experiment=tabular/tab_transformer (continuous columns beside the encoder)
+    ft_transformer             experiment=tabular/ft_transformer (every column a token, linear numeric map)
     ft_transformer_piecewise   ... model.numeric_encoding=piecewise (quantile bins of the training rows)
     ft_transformer_periodic    ... model.numeric_encoding=periodic (sin/cos of learned frequencies)
-    mlp                        experiment=tab_mlp (the TabTransformer's inputs, no transformer)
+    mlp                        experiment=tabular/tab_mlp (the TabTransformer's inputs, no transformer)
     xgboost, logreg            baseline=xgboost, baseline=logistic_regression
 
 `--set` adds Hydra overrides to every neural run; the targets are for the defaults, without it.
@@ -45,11 +45,11 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
 MODELS = {
-    "tab_transformer": ["experiment=tab_transformer"],
-    "ft_transformer": ["experiment=ft_transformer"],
-    "ft_transformer_piecewise": ["experiment=ft_transformer", "model.numeric_encoding=piecewise"],
-    "ft_transformer_periodic": ["experiment=ft_transformer", "model.numeric_encoding=periodic"],
-    "mlp": ["experiment=tab_mlp"],
+    "tab_transformer": ["experiment=tabular/tab_transformer"],
+    "ft_transformer": ["experiment=tabular/ft_transformer"],
+    "ft_transformer_piecewise": ["experiment=tabular/ft_transformer", "model.numeric_encoding=piecewise"],
+    "ft_transformer_periodic": ["experiment=tabular/ft_transformer", "model.numeric_encoding=periodic"],
+    "mlp": ["experiment=tabular/tab_mlp"],
     "xgboost": ["baseline=xgboost"],
     "logreg": ["baseline=logistic_regression"],
 }

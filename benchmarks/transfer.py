@@ -21,7 +21,7 @@ Tasks and the directory layout each reads (any directory in it, not only ../shar
   squad       train-v1.1.json + dev-v1.1.json, or dev-v1.1.json alone: then  em, f1 (SQuAD's answer normalisation)
               --squad-train-articles of its articles train (drawn with the seed) and the rest are scored
 
-The recipe is experiment=bert_sentiment / bert_pairs / atis_bert / bert_ner / bert_qa (AdamW, warm-up + linear decay)
+The recipe is experiment=bert/sentiment / bert/pairs / atis/bert / bert/ner / bert/qa (AdamW, warm-up + linear decay)
 with --lr, --batch-size and a step budget: max(--min-steps, --epochs x batches per epoch). No
 checkpoint is chosen on dev: the last weights are scored once on dev and, where the directory has
 one, on its test file (`test`). With --reference (sst2) the same MiniLM weights are also fine-tuned
@@ -116,7 +116,7 @@ def run_text(args, init: str, n: int | None, seed: int, work: Path) -> dict:
     n_train = len(stratified_subset(splits["train"], n, seed))
     steps = max(args.min_steps, math.ceil(args.epochs * n_train / args.batch_size))
     run_dir = work / f"{init.replace('/', '_').replace(':', '_')}-{n}-{seed}"
-    experiment = "bert_sentiment" if positive is None else "bert_pairs"
+    experiment = "bert/sentiment" if positive is None else "bert/pairs"
     overrides = [f"experiment={experiment}", "logger=none", f"seed={seed}", "data.source=local",
                  f"data.local_path={Path(args.data).resolve()}",
                  "data.columns={" + ",".join(f"{k}:{'null' if v is None else repr(v)}" for k, v in columns.items()) + "}",
@@ -144,7 +144,7 @@ def run_atis(args, init: str, seed: int, work: Path) -> dict:
         prepare_atis(splits, prepared)
     steps = max(args.min_steps, math.ceil(args.epochs * len(splits["train"]) / args.batch_size))
     run_dir = work / f"atis-{init.replace('/', '_').replace(':', '_')}-{seed}"
-    overrides = ["experiment=atis_bert", "logger=none", f"seed={seed}", f"data.prepared_dir={prepared}",
+    overrides = ["experiment=atis/bert", "logger=none", f"seed={seed}", f"data.prepared_dir={prepared}",
                  *recipe_overrides(args, steps), "test=true", *start_overrides(init, work), *args.set]
     seconds = train_once(overrides, run_dir)
     task = load_task(run_dir / "checkpoints" / "last.ckpt", BertJointIntentSlotTask, "finetune_atis")
@@ -167,11 +167,11 @@ def run_conll(args, init: str, seed: int, work: Path) -> dict:
     splits = read_conll_dir(args.data)
     steps = max(args.min_steps, math.ceil(args.epochs * len(splits["train"]) / args.batch_size))
     run_dir = work / f"conll-{init.replace('/', '_').replace(':', '_')}-{seed}"
-    overrides = ["experiment=bert_ner", "logger=none", f"seed={seed}", f"data.data_dir={Path(args.data).resolve()}",
+    overrides = ["experiment=bert/ner", "logger=none", f"seed={seed}", f"data.data_dir={Path(args.data).resolve()}",
                  *recipe_overrides(args, steps), f"test={bool(splits['test'])}",
                  *start_overrides(init, work), *args.set]
     seconds = train_once(overrides, run_dir)
-    task = load_task(run_dir / "checkpoints" / "last.ckpt", TokenClassificationTask, "experiment=bert_ner")
+    task = load_task(run_dir / "checkpoints" / "last.ckpt", TokenClassificationTask, "experiment=bert/ner")
 
     def scores(sentences):
         metric = SlotF1()
@@ -197,7 +197,7 @@ def run_squad(args, init: str, seed: int, work: Path) -> dict:
     n_train = len(read_squad(files["train"]))
     steps = max(args.min_steps, math.ceil(args.epochs * n_train / args.batch_size))
     run_dir = work / f"squad-{init.replace('/', '_').replace(':', '_')}-{seed}"
-    overrides = ["experiment=bert_qa", "logger=none", f"seed={seed}", "data.source=local",
+    overrides = ["experiment=bert/qa", "logger=none", f"seed={seed}", "data.source=local",
                  f"data.local_files.train={files['train']}", f"data.local_files.validation={files['validation']}",
                  "data.datamodule.max_len=384", "data.datamodule.max_question_tokens=64",  # SQuAD's usual lengths
                  *recipe_overrides(args, steps), "test=false", *start_overrides(init, work), *args.set]

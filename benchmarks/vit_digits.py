@@ -3,7 +3,7 @@
     python benchmarks/vit_digits.py --out FILE.json [--set KEY=VALUE ...] [--cnn-epochs 30] [--threads 2]
 
 Prepares the builtin digits exactly as `dvc repro prepare_images` does (stratified, seeded
-70/15/15 split), trains `experiment=vit` through the project's training code (Lightning, best
+70/15/15 split), trains `experiment=vit/digits` through the project's training code (Lightning, best
 validation checkpoint scored on test; 150 epochs; `--set` adds Hydra overrides, e.g.
 `--set trainer.max_epochs=100`), and in the same run:
 
@@ -34,8 +34,8 @@ def train_vit(prepared_dir: Path, overrides: list[str], out_dir: Path) -> dict:
     from transformer_lab.training.train import train
     from transformer_lab.runtime.config import compose_config
 
-    # the benchmark's recipe trains 150 epochs; `make run` trains experiment=vit's CPU-sized 40
-    cfg = compose_config("train", ["experiment=vit", "logger=none", f"data.prepared_dir={prepared_dir}",
+    # the benchmark's recipe trains 150 epochs; `make run` trains experiment=vit/digits's CPU-sized 40
+    cfg = compose_config("train", ["experiment=vit/digits", "logger=none", f"data.prepared_dir={prepared_dir}",
                                    "callbacks.rich_progress_bar=null", "trainer.max_epochs=150", *overrides], out_dir)
     start = time.perf_counter()
     metrics = train(cfg)

@@ -1,4 +1,4 @@
-"""Train a model: `python pipelines/train.py [experiment=atis] [model.n_heads=8] [-m model.n_heads=1,2,4]`;
+"""Train a model: `python pipelines/train.py [experiment=atis/full] [model.n_heads=8] [-m model.n_heads=1,2,4]`;
 resume a run: `python pipelines/train.py hydra.run.dir=RUN_DIR ckpt_path=last [trainer.max_epochs=30]`."""
 
 import sys

@@ -148,7 +148,7 @@ def relative(paths: set[Path]) -> list[str]:
 
 def computed_deps(name: str, stage: dict) -> list[str]:
     """The stage's source and config dependencies. In a matrix stage a path named after the item's
-    value becomes `${item.<key>}` (conf/experiment/${item.model}.yaml) when every combination reads
+    value becomes `${item.<key>}` (conf/experiment/tabular/${item.model}.yaml) when every combination reads
     its own such file, so that each combination depends on its files only."""
     combinations = expand(name, stage).values()
     needed = [(item, set(relative(what_a_stage_reads(expanded["cmd"], name)))) for expanded, item in combinations]
