@@ -8,11 +8,11 @@ _project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
+from transformer_lab.utils.cli import lightning_logs_through_hydra, entry_point, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="compare_starts")
-@pipeline
+@entry_point
 def main(cfg: DictConfig) -> None:
     # imported here, not at the top: --help and a config Hydra rejects answer before torch loads
     from transformer_lab.evaluation.transfer import compare

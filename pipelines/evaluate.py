@@ -18,7 +18,7 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
+from transformer_lab.utils.cli import lightning_logs_through_hydra, entry_point, run  # noqa: E402
 from transformer_lab.utils.validate import check_inputs  # noqa: E402
 
 # What an evaluator reads first, where its family's config names it (the comparisons, tabular and
@@ -38,7 +38,7 @@ def metrics_lines(family: str, cfg: DictConfig, metrics: dict) -> list[str]:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="evaluate")
-@pipeline
+@entry_point
 def main(cfg: DictConfig) -> None:
     family = HydraConfig.get().runtime.choices["evaluate"]
     named = [key for key in INPUTS if OmegaConf.select(cfg, key, default=_ABSENT) is not _ABSENT]

@@ -12,14 +12,14 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from transformer_lab.errors import TransformerLabError  # noqa: E402
 from transformer_lab.inference.export import check_out_is_a_folder, export_hf  # noqa: E402  (torch loads in export_hf)
 from transformer_lab.inference.options import check_model_source  # noqa: E402
-from transformer_lab.utils.cli import pipeline, rename_overrides, run  # noqa: E402
+from transformer_lab.utils.cli import entry_point, rename_overrides, run  # noqa: E402
 
 # model= names what to export, but conf/ has a model/ group: in the config it is model_source
 sys.argv = rename_overrides(sys.argv, {"model": "model_source"})
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="export")
-@pipeline
+@entry_point
 def main(cfg: DictConfig) -> None:
     # what needs no model, one line before torch loads: the format, model= and out=
     if cfg.format != "hf":

@@ -10,7 +10,7 @@ _project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from transformer_lab.utils.cli import pipeline, rename_overrides, run  # noqa: E402
+from transformer_lab.utils.cli import entry_point, rename_overrides, run  # noqa: E402
 
 # model= and task= name the language model and the prompted task, but conf/ has model/ and task/
 # groups: in the config they are model_source and the few_shot_task group
@@ -21,7 +21,7 @@ if not {"-m", "--multirun"} & set(sys.argv):  # shots=0,1,4 is one list here, no
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="few_shot")
-@pipeline
+@entry_point
 def main(cfg: DictConfig) -> None:
     # imported here, not at the top: --help and a config Hydra rejects answer before torch loads
     from transformer_lab.evaluation.few_shot import evaluate

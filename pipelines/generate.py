@@ -16,7 +16,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.inference.generate import check_settings, generate  # noqa: E402  (torch loads in generate())
-from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
+from transformer_lab.utils.cli import lightning_logs_through_hydra, entry_point, run  # noqa: E402
 from transformer_lab.utils.overrides import quote_free_text  # noqa: E402
 from transformer_lab.utils.validate import check_inputs  # noqa: E402
 
@@ -24,7 +24,7 @@ sys.argv = quote_free_text(sys.argv, ("prompt",))  # commas, brackets, emoji: as
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="generate")
-@pipeline
+@entry_point
 def main(cfg: DictConfig) -> None:
     check_settings(cfg)  # a bad setting or a missing checkpoint: one line, before torch loads
     check_inputs(cfg, "checkpoint")

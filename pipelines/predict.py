@@ -25,7 +25,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.inference.predict import predict  # noqa: E402
-from transformer_lab.utils.cli import pipeline, rename_overrides, run  # noqa: E402
+from transformer_lab.utils.cli import entry_point, rename_overrides, run  # noqa: E402
 from transformer_lab.utils.overrides import quote_free_text  # noqa: E402
 
 # model= and task= name what to predict with, but conf/ has model/ and task/ groups: in the config
@@ -35,7 +35,7 @@ sys.argv = quote_free_text(sys.argv, ("text", "text_pair", "question", "context"
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="predict")
-@pipeline
+@entry_point
 def main(cfg: DictConfig) -> None:
     result = predict(cfg)
     if cfg.get("input") is None:

@@ -10,11 +10,11 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from transformer_lab.families import check_config  # noqa: E402  (also registers metric_mode)
-from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, rejoin_ddp_job, resume_run_arguments, run  # noqa: E402
+from transformer_lab.utils.cli import lightning_logs_through_hydra, entry_point, rejoin_ddp_job, resume_run_arguments, run  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
-@pipeline
+@entry_point
 def main(cfg: DictConfig) -> float | None:
     check_config(cfg)  # family, types, ranges, GPUs: one line before any data is read (torch only to count GPUs)
     from transformer_lab.training.train import train  # here, not at the top: --help and config errors answer at once

@@ -8,12 +8,12 @@ _project.bootstrap()  # the project root, its own Python, the warm interpreter
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from transformer_lab.utils.cli import lightning_logs_through_hydra, pipeline, run  # noqa: E402
+from transformer_lab.utils.cli import lightning_logs_through_hydra, entry_point, run  # noqa: E402
 from transformer_lab.utils.validate import check_inputs  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train_baseline")
-@pipeline
+@entry_point
 def main(cfg: DictConfig) -> float | None:
     check_inputs(cfg, "data.prepared_dir")  # a missing input: one line, before torch loads
     # imported here, not at the top: --help and a rejected config answer before torch loads

@@ -267,14 +267,14 @@ def test_every_entry_point_refuses_an_unknown_key_with_one_line_and_exit_2(entry
 
 
 def test_a_crash_keeps_its_traceback_and_exit_1(tmp_path):
-    """Only the command line's mistakes are one line: a bug in a pipeline, an OmegaConf error its code
+    """Only the command line's mistakes are one line: a bug in an entry point, an OmegaConf error its code
     raises included, still shows where it happened."""
     app = tmp_path / "app.py"
     app.write_text(
         "import hydra\n"
-        "from transformer_lab.utils.cli import pipeline, run\n\n"
+        "from transformer_lab.utils.cli import entry_point, run\n\n"
         "@hydra.main(version_base='1.3', config_path=None)\n"
-        "@pipeline\n"
+        "@entry_point\n"
         "def main(cfg):\n"
         "    if cfg.crash == 'config_key':\n"
         "        return cfg.no_such_key\n"

@@ -63,7 +63,7 @@ def lightning_logs_through_hydra() -> None:
             logger.propagate = True
 
 
-def pipeline(fn):
+def entry_point(fn):
     """A TransformerLabError (bad input, missing file) becomes one line on stderr and exit code 2."""
 
     @functools.wraps(fn)
@@ -161,7 +161,7 @@ def _refusal_line(err: Exception, composition_errors: bool = True) -> str | None
 
 
 def _raised_in_task(err: BaseException) -> bool:
-    """Whether `err` came out of an entry point's task function (the @pipeline one) rather than out of
+    """Whether `err` came out of an entry point's task function (the @entry_point one) rather than out of
     Hydra composing its config: a frame of _run_task is on its traceback."""
     tb = err.__traceback__
     while tb is not None:
