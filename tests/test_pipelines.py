@@ -277,6 +277,24 @@ def test_tabular_baselines_are_pipelines_and_mlflow_models(tmp_path):
         assert [r["score"] for r in served] == pytest.approx([r["score"] for r in results])
 
 
+def test_every_task_a_family_declares_reads_its_served_example(models, tokenizer_path, tmp_path):
+    """pipeline() does every task the registry declares for a family (families.Pipelines), each on
+    the input row the family's served model shows (Pipeline.input_example), read as a served row is;
+    a family that declares none is refused in one line."""
+    from transformer_lab.inference.pipeline import PIPELINES, tasks_of
+
+    for name, (path, _) in models.items():
+        tasks = tasks_of(FAMILY[name])
+        assert pipeline(model=str(path)).task_name == tasks[0]  # the first declared: the default
+        for task in tasks:
+            run = pipeline(task, model=str(path))
+            assert run(PIPELINES[task].served_input(run.input_example(), "the example")), (name, task)
+    word2vec = tmp_path / "word2vec.ckpt"
+    save_checkpoint(_cases(tokenizer_path)["word2vec"][0], word2vec)
+    with pytest.raises(TransformerLabError, match="is a word2vec model: no pipeline task reads it"):
+        pipeline(model=str(word2vec))
+
+
 def test_wrong_task_unknown_task_empty_text_and_untagged_checkpoints_are_one_error(models, tmp_path):
     sentiment = str(models["bert_classifier"][0])
     with pytest.raises(TransformerLabError, match="sequence_classification model: it does text-classification "

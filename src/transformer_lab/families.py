@@ -1,14 +1,19 @@
-"""The model families, each declared once: what trains it, on what data, what it is selected on and
-where it sits in the pipeline.
+"""The model families, each declared once: what trains it, on what data, what it is selected on,
+where it sits in the pipeline, how a trained model of it is evaluated, read by `pipeline()`,
+served and exported.
 
-`train()` and the evaluators look a family up here instead of knowing any of them; a `model=` /
-`task=` / `data=` combination that no family declares is one error before anything is built.
-Classes are named by import path, so reading the registry imports no model code.
+`train()`, the evaluators, `pipeline()`, the served MLflow model and `pipelines/export.py` look a
+family up here instead of knowing any of them; a `model=` / `task=` / `data=` combination that no
+family declares is one error before anything is built. Classes and functions are named by import
+path, so reading the registry imports no model code (runtime/stage_deps.py follows imports: a
+change to one family's code reruns that family's stages only). Every field of an entry is given:
+a family without an evaluator, a pipeline task or an export says so (None), so that a new entry
+cannot leave one out unnoticed (tests/test_families.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from transformer_lab.errors import TransformerLabError
@@ -16,12 +21,56 @@ from transformer_lab.utils.resolvers import register_resolver
 from transformer_lab.utils.validate import check_batch_sizes, check_trainer, check_types
 
 Mode = Literal["min", "max"]
+Tagger = Literal["entities", "intent_and_slots"]
 
 
 @dataclass(frozen=True)
 class Metric:
     name: str
     mode: Mode  # whether a better model has a lower (loss, perplexity) or higher (accuracy, F1) value
+
+
+@dataclass(frozen=True)
+class Pipelines:
+    """How `transformer_lab.pipeline()` (inference/pipeline.py) reads a trained model, and so how the
+    training run's logged MLflow model serves it (inference/served.py)."""
+
+    tasks: tuple[str, ...]  # the pipeline tasks it does (inference/pipeline.py's PIPELINES); the first is
+    #                         the one it does when `task` is left out
+    _: KW_ONLY
+    # feature-extraction: the attribute path, from the loaded model, of the BERT body whose last
+    # hidden states are mean-pooled ("model.bert": the task's model's body); None: the task's own
+    # `features(texts, batch_size)` (ELMo's layers)
+    body: str | None = None
+    # token-classification: "entities": the words its tokenizer's pre-tokenizer sees, each tag scored
+    # (the task's `predict_scored`); "intent_and_slots": the words as typed (split at spaces), their
+    # slot tags and the utterance's intent (the task's `predict`)
+    tagger: Tagger | None = None
+
+    def __post_init__(self):
+        if not self.tasks:
+            raise ValueError("Pipelines(): no task; a family that no pipeline reads declares pipelines=None")
+        if ("token-classification" in self.tasks) != (self.tagger is not None):
+            raise ValueError(f"Pipelines{self.tasks}: tagger= goes with token-classification, and only with it")
+        if self.body is not None and "feature-extraction" not in self.tasks:
+            raise ValueError(f"Pipelines{self.tasks}: body= goes with feature-extraction only")
+
+
+@dataclass(frozen=True)
+class Export:
+    """How `pipelines/export.py` writes a trained model as a Hugging Face folder (inference/export.py)
+    that `transformers` loads with its own class."""
+
+    architecture: str   # the `transformers` class (config.json's `architectures`)
+    converter: str      # the module that builds that class's config, weights and tokenizer from the
+    #                     model's (inference/hf_bert.py, inference/hf_gpt2.py)
+    labels: str | None  # the preprocessor's attribute listing its head's labels (config.json's
+    #                     id2label); None: no labels are written
+    _: KW_ONLY
+    omit: tuple[str, ...] = ()  # prefixes of the model's own weights that the class has no place for
+    body: str = ""              # the prefix the class's weight names lack: "bert." for BertModel, the body alone
+    beside: str | None = None   # the function (task, folder) that writes what the class does not hold
+    #                             next to it (JointBERT's intent and slot heads)
 
 
 @dataclass(frozen=True)
@@ -33,7 +82,10 @@ class Family:
     datamodule: str               # the LightningDataModule: the `_target_` of conf/data/<...>.yaml datamodule
     metrics: tuple[Metric, ...]   # what a run may be selected on (optimized_metric); the first is the default
     stages: tuple[str, ...]       # its DVC stages (dvc.yaml)
-    evaluator: str | None = None  # the function a pipelines/evaluate*.py stage calls, if it has one
+    _: KW_ONLY                    # the rest by name, none of them left out (None: the family has none)
+    evaluator: str | None         # the function `pipelines/evaluate.py evaluate=<name>` runs (conf/evaluate/)
+    pipelines: Pipelines | None   # how pipeline() reads its checkpoints; None: no pipeline task does
+    export: Export | None         # how its checkpoints become a Hugging Face folder; None: no `transformers` class
 
     def metric(self, name: str) -> Metric:
         for metric in self.metrics:
@@ -71,63 +123,104 @@ def _metrics(*pairs: str) -> tuple[Metric, ...]:
     return tuple(Metric(*pair.split(":")) for pair in pairs)
 
 
-M, T, D = "transformer_lab.models.", "transformer_lab.tasks.", "transformer_lab.data."
+M, T, D, E = "transformer_lab.models.", "transformer_lab.tasks.", "transformer_lab.data.", "transformer_lab.evaluation."
 CLASSIFICATION = _metrics("val/acc:max", "val/macro_f1:max", "val/loss:min")
 SLOTS = _metrics("val/slot_f1:max", "val/intent_acc:max", "val/sentence_acc:max", "val/loss:min")
+BERT_BODY = "model.bert"  # a BERT task's model's encoder: what feature-extraction mean-pools
+HF_BERT, HF_GPT2 = "transformer_lab.inference.hf_bert", "transformer_lab.inference.hf_gpt2"
 
 FAMILIES: dict[str, Family] = {f.name: f for f in [
     Family("joint_intent_slot", M + "encoder.JointIntentSlotModel", M + "encoder.JointIntentSlotConfig",
            T + "joint_intent_slot.JointIntentSlotTask", D + "atis.AtisDataModule", SLOTS,
            ("prepare_atis", "train_atis", "evaluate_atis", "train_atis_no_elmo", "train_atis_elmo", "compare_atis_elmo"),
-           "transformer_lab.evaluation.atis.evaluate"),
+           evaluator=E + "atis.evaluate",
+           pipelines=Pipelines(("token-classification",), tagger="intent_and_slots"),
+           export=None),
     Family("word2vec", M + "word2vec.Word2Vec", M + "word2vec.Word2VecConfig", T + "word2vec.Word2VecTask",
            D + "word2vec.Word2VecDataModule", _metrics("val/loss:min"),
-           ("prepare_corpus", "pretrain_word2vec", "evaluate_word2vec"), "transformer_lab.evaluation.word2vec.evaluate"),
+           ("prepare_corpus", "pretrain_word2vec", "evaluate_word2vec"),
+           evaluator=E + "word2vec.evaluate",
+           pipelines=None,  # what it gives is its vectors: evaluate_word2vec writes them (vectors.txt)
+           export=None),
     Family("bert_pretraining", M + "bert.BertForPreTraining", M + "bert.BertConfig",
            T + "bert_pretraining.BertPretrainingTask", D + "bert.BertPretrainingDataModule",
            _metrics("val/loss:min", "val/mlm_loss:min", "val/mlm_acc:max", "val/nsp_acc:max"),
-           ("prepare_corpus", "train_tokenizers", "pretrain_bert")),
+           ("prepare_corpus", "train_tokenizers", "pretrain_bert"),
+           evaluator=None,
+           pipelines=Pipelines(("fill-mask", "feature-extraction"), body=BERT_BODY),
+           export=Export("BertForMaskedLM", HF_BERT, None, omit=("nsp.", "bert.pooler."))),
     Family("sequence_classification", M + "bert.BertForSequenceClassification", M + "bert.BertClassifierConfig",
            T + "sequence_classification.SequenceClassificationTask",
            D + "text_classification.TextClassificationDataModule", CLASSIFICATION,
            ("finetune_sentiment", "finetune_sentiment_scratch", "finetune_sentiment_minilm", "compare_sentiment",
-            "finetune_pairs")),
+            "finetune_pairs"),
+           evaluator=None,
+           pipelines=Pipelines(("text-classification", "feature-extraction"), body=BERT_BODY),
+           export=Export("BertForSequenceClassification", HF_BERT, "labels")),
     Family("bert_joint_intent_slot", M + "bert.BertForJointIntentSlot", M + "bert.BertJointConfig",
            T + "bert_joint_intent_slot.BertJointIntentSlotTask", D + "atis_bert.AtisBertDataModule", SLOTS,
-           ("finetune_atis",)),
+           ("finetune_atis",),
+           evaluator=None,
+           pipelines=Pipelines(("token-classification", "feature-extraction"), body=BERT_BODY,
+                               tagger="intent_and_slots"),
+           export=Export("BertModel", HF_BERT, None, omit=("intent_head.", "slot_head."), body="bert.",
+                         beside=HF_BERT + ".write_joint_heads")),
     Family("token_classification", M + "bert.BertForTokenClassification", M + "bert.BertTaggerConfig",
            T + "token_classification.TokenClassificationTask", D + "conll.ConllDataModule",
-           _metrics("val/f1:max", "val/token_acc:max", "val/loss:min"), ()),
+           _metrics("val/f1:max", "val/token_acc:max", "val/loss:min"), (),
+           evaluator=None,
+           pipelines=Pipelines(("token-classification", "feature-extraction"), body=BERT_BODY, tagger="entities"),
+           export=Export("BertForTokenClassification", HF_BERT, "labels", omit=("bert.pooler.",))),
     Family("question_answering", M + "bert.BertForQuestionAnswering", M + "bert.BertConfig",
            T + "question_answering.QuestionAnsweringTask", D + "qa.QADataModule",
-           _metrics("val/f1:max", "val/exact_match:max", "val/loss:min"), ("finetune_qa",)),
+           _metrics("val/f1:max", "val/exact_match:max", "val/loss:min"), ("finetune_qa",),
+           evaluator=None,
+           pipelines=Pipelines(("question-answering", "feature-extraction"), body=BERT_BODY),
+           export=Export("BertForQuestionAnswering", HF_BERT, None, omit=("bert.pooler.",))),
     Family("gpt_pretraining", M + "gpt.GPTLMHeadModel", M + "gpt.GPTConfig", T + "gpt.GPTPretrainingTask",
            D + "gpt.LanguageModelDataModule", _metrics("val/loss:min", "val/perplexity:min"),
            ("prepare_corpus", "train_tokenizers", "pretrain_gpt", "generate_gpt"),
-           "transformer_lab.inference.generate.generate"),
+           evaluator="transformer_lab.inference.generate.generate",
+           pipelines=Pipelines(("text-generation",)),
+           export=Export("GPT2LMHeadModel", HF_GPT2, None)),
     Family("elmo_pretraining", M + "elmo.ElmoBiLM", M + "elmo.ElmoConfig", T + "elmo.ElmoPretrainingTask",
            D + "elmo.ElmoDataModule", _metrics("val/loss:min", "val/perplexity:min", "val/forward_loss:min"),
-           ("prepare_corpus", "pretrain_elmo", "evaluate_elmo"), "transformer_lab.evaluation.elmo.evaluate"),
+           ("prepare_corpus", "pretrain_elmo", "evaluate_elmo"),
+           evaluator=E + "elmo.evaluate",
+           pipelines=Pipelines(("feature-extraction",), body=None),  # body=None: its task's features()
+           export=None),
     Family("gpt_classification", M + "gpt.GPTForSequenceClassification", M + "gpt.GPTClassifierConfig",
            T + "gpt.GPTClassificationTask", D + "gpt.GPTClassificationDataModule", CLASSIFICATION,
-           ("finetune_gpt_sentiment",)),
+           ("finetune_gpt_sentiment",),
+           evaluator=None,
+           pipelines=Pipelines(("text-classification",)),
+           export=None),
     Family("image_classification", M + "vit.VisionTransformer", M + "vit.ViTConfig",
            T + "image_classification.ImageClassificationTask", D + "images.ImageDataModule", CLASSIFICATION,
-           ("prepare_images", "train_vit", "evaluate_vit"), "transformer_lab.evaluation.vit.evaluate"),
+           ("prepare_images", "train_vit", "evaluate_vit"),
+           evaluator=E + "vit.evaluate",
+           pipelines=Pipelines(("image-classification",)),
+           export=None),
     Family("translation", M + "seq2seq.TransformerSeq2Seq", M + "seq2seq.Seq2SeqConfig",
            T + "translation.TranslationTask", D + "translation.TranslationDataModule",
            _metrics("val/bleu:max", "val/chrf:max", "val/loss:min", "val/nll:min", "val/perplexity:min"),
            ("prepare_translation", "train_translation", "evaluate_translation"),
-           "transformer_lab.evaluation.translation.evaluate"),
+           evaluator=E + "translation.evaluate",
+           pipelines=Pipelines(("translation",)),
+           export=None),
     Family("multimodal_classification", M + "multimodal.MultimodalTransformer", M + "multimodal.MultimodalConfig",
            T + "multimodal.MultimodalClassificationTask", D + "multimodal.MultimodalDataModule", CLASSIFICATION,
            ("prepare_multimodal", "train_multimodal", "evaluate_multimodal"),
-           "transformer_lab.evaluation.multimodal.evaluate"),
+           evaluator=E + "multimodal.evaluate",
+           pipelines=None,  # its input is a row of text and table columns with an image: no pipeline task's
+           export=None),
     Family("tabular_classification", M + "tab_transformer.TabTransformer", M + "tab_transformer.TabTransformerConfig",
            T + "tabular_classification.TabularClassificationTask", D + "tabular.TabularDataModule",
            _metrics("val/loss:min", "val/auroc:max", "val/acc:max", "val/f1:max"),
            ("prepare_tabular", "train_tabular", "train_xgboost", "train_logreg", "evaluate_tabular"),
-           "transformer_lab.evaluation.tabular.evaluate"),
+           evaluator=E + "tabular.evaluate",
+           pipelines=Pipelines(("tabular-classification",)),
+           export=None),
 ]}
 
 

@@ -49,8 +49,9 @@ class ProjectLM:
         from transformer_lab.inference.pipeline import load_model
 
         loaded = load_model(model)
-        if loaded.family != "gpt_pretraining":
-            raise TransformerLabError(f"model={model} is a {loaded.family} model; few-shot prompting needs a GPT LM")
+        if "text-generation" not in loaded.tasks:  # a causal LM: what the registry says reads text-generation
+            raise TransformerLabError(f"model={model} is a {loaded.family} model; few-shot prompting needs a GPT LM "
+                                      "(a model that does text-generation)")
         return cls(loaded.task)
 
     @property

@@ -8,8 +8,11 @@
 `model=` takes a checkpoint file, a stage's output folder (its checkpoints/best.ckpt, else
 last.ckpt; a tabular baseline's folder: its fitted XGBoost or logistic regression), an MLflow
 run (a run id, `runs:/RUN_ID`) or registered model (`models:/NAME@ALIAS`, `models:/NAME/VERSION`), or a published encoder (`minilm`, a Hugging Face BERT folder, hf:NAME:
-feature-extraction only). The checkpoint names the family that wrote it, so `task` may be left
-out; a task the model cannot do is one error naming the tasks it can.
+feature-extraction only). The checkpoint names the family that wrote it, and the family's
+registry entry (families.py, `pipelines=Pipelines(...)`) the tasks it does, the first when `task`
+is left out; a task the model cannot do is one error naming the tasks it can. No task here knows
+a family: what differs between the families a task reads (the words a tagger tags, the body
+feature extraction pools) is what their entries declare.
 
 A single input gives one result, a list gives a list. Text longer than the model's position
 limit is cut to it with a warning (what the model reads is what BERT reads in training too),
@@ -20,6 +23,8 @@ windows. Options are checked by name and range (OPTIONS) before anything is read
 from __future__ import annotations
 
 import inspect
+import math
+import operator
 import re
 import tempfile
 import warnings
@@ -33,7 +38,7 @@ import torch.nn.functional as F
 from hydra.utils import get_object
 
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.families import FAMILIES
+from transformer_lab.families import FAMILIES, Pipelines
 from transformer_lab.inference.options import OPTIONS, Option, check_options
 from transformer_lab.tasks.checkpoints import (
     BASELINE_FILES,
@@ -44,38 +49,48 @@ from transformer_lab.tasks.checkpoints import (
     read_checkpoint,
 )
 
-BERT_BODIES = ("bert_pretraining", "sequence_classification", "bert_joint_intent_slot", "token_classification",
-               "question_answering")
-# The pipeline tasks and the families (families.py) whose trained models do them; the first task
-# of a family is the one it does when `task` is left out.
-TASKS: dict[str, tuple[str, ...]] = {
-    "text-classification": ("sequence_classification", "gpt_classification"),
-    "token-classification": ("token_classification", "bert_joint_intent_slot", "joint_intent_slot"),
-    "question-answering": ("question_answering",),
-    "fill-mask": ("bert_pretraining",),
-    "feature-extraction": (*BERT_BODIES, "published", "elmo_pretraining"),
-    "text-generation": ("gpt_pretraining",),
-    "translation": ("translation",),
-    "image-classification": ("image_classification",),
-    "tabular-classification": ("tabular_classification", "tabular_baseline"),
+# The models pipeline() reads that no family's checkpoint holds: the class that loads each (imported
+# by name, as a family's task is: a stage that trains no baseline runs none of it, and loading a
+# checkpoint of another family runs none of BERT's code) and how it is read, as a family declares it.
+BASELINE, PUBLISHED = "tabular_baseline", "published"
+NOT_FAMILIES: dict[str, tuple[str, Pipelines]] = {
+    # XGBoost or logistic regression (training/baselines.py): a fitted estimator and its preprocessor
+    BASELINE: ("transformer_lab.training.baselines.FittedBaseline", Pipelines(("tabular-classification",))),
+    # a published BERT encoder (data/published.py: minilm, a Hugging Face folder, hf:NAME)
+    PUBLISHED: ("transformer_lab.inference.published_encoder.PublishedEncoder",
+                Pipelines(("feature-extraction",), body="bert")),
 }
-# XGBoost or logistic regression (baselines.py): a fitted estimator and its preprocessor, no checkpoint.
-# Its loader is imported by name, as a family's task is: a stage that trains no baseline runs none of it.
-BASELINE, BASELINE_LOADER = "tabular_baseline", "transformer_lab.training.baselines.FittedBaseline"
-# A published encoder (data/published.py) is read by BERT's code, imported by name for the same reason.
-PUBLISHED, PUBLISHED_LOADER = "published", "transformer_lab.inference.published_encoder.PublishedEncoder"
 RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def pipelines_of(name: str) -> Pipelines | None:
+    """How pipeline() reads a model of the family `name` (families.py's, or one of NOT_FAMILIES);
+    None: it does not."""
+    if name in FAMILIES:
+        return FAMILIES[name].pipelines
+    return NOT_FAMILIES[name][1] if name in NOT_FAMILIES else None
+
+
+def tasks_of(name: str) -> list[str]:
+    """The pipeline tasks a model of the family `name` does, the one it does when `task` is left out first."""
+    declared = pipelines_of(name)
+    return list(declared.tasks) if declared else []
 
 
 @dataclass
 class LoadedModel:
-    family: str   # a families.py name, "published" (an encoder from published.py) or BASELINE
+    family: str   # a families.py name, or one of NOT_FAMILIES (PUBLISHED, BASELINE)
     task: object  # the trained LightningModule (eval mode, CPU), a PublishedEncoder or a FittedBaseline
     source: str   # what `model=` said
 
+    @property
+    def pipelines(self) -> Pipelines | None:
+        """How pipeline() reads it: its family's registry entry's `pipelines`."""
+        return pipelines_of(self.family)
 
-def tasks_of(family: str) -> list[str]:
-    return [name for name, families in TASKS.items() if family in families]
+    @property
+    def tasks(self) -> list[str]:
+        return tasks_of(self.family)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -146,10 +161,10 @@ def load_model(model: str | LoadedModel, tracking_uri: str | None = None) -> Loa
     model = str(model)
     # A Hugging Face folder has a config.json; a stage's folder (also a folder) has checkpoints
     if model in published.PACKAGES or model.startswith(published.HUB_PREFIX) or (Path(model) / "config.json").is_file():
-        return LoadedModel(PUBLISHED, get_object(PUBLISHED_LOADER)(published.resolve(model)), model)
+        return LoadedModel(PUBLISHED, get_object(NOT_FAMILIES[PUBLISHED][0])(published.resolve(model)), model)
     path = model_path(model, tracking_uri)
     if path.is_dir():  # a baseline's folder
-        return LoadedModel(BASELINE, get_object(BASELINE_LOADER).load(path), model)
+        return LoadedModel(BASELINE, get_object(NOT_FAMILIES[BASELINE][0]).load(path), model)
     family = read_checkpoint(path).get(FAMILY_KEY)
     if family not in FAMILIES:
         raise TransformerLabError(f"{path}: the checkpoint does not name its family (written before "
@@ -269,10 +284,16 @@ def by_length(run_batch, items: list, lengths: list[int], batch_size: int) -> li
 
 class Pipeline:
     """A task on a loaded model: `pipeline(inputs, **options)`; options given to `pipeline()` are
-    the defaults of every call. The options are `run`'s keyword arguments, checked by OPTIONS."""
+    the defaults of every call. The options are `run`'s keyword arguments, checked by OPTIONS.
+
+    What the task's served model (inference/served.py) takes is declared here too, once per task:
+    `example`, the input row its logged model shows and is checked with (`input_example()` where
+    it depends on the model), and `served_input`, a row of the served table as this task's input."""
 
     task_name: str
     rules: dict[str, Option] = {}  # where an option's range differs from OPTIONS's
+    example: dict = {}             # a served input row (its fields as predict.py's input files name them)
+    typed_cells: bool = True       # whether each column of served rows has one type (infer_signature)
 
     def __init__(self, loaded: LoadedModel, **defaults):
         check_options(self.task_name, defaults)
@@ -294,12 +315,26 @@ class Pipeline:
     def run(self, inputs: list) -> list:
         raise NotImplementedError
 
+    def input_example(self) -> dict:
+        """One input row of the served model: what its signature is inferred from."""
+        return dict(self.example)
+
+    @classmethod
+    def served_input(cls, record: dict, where: str):
+        """The pipeline input of a row of the served table (a dict of its columns); pandas' NaN
+        stands for a field the row lacks."""
+        from transformer_lab.inference.predict import record_input
+
+        record = {k: v for k, v in record.items() if not (isinstance(v, float) and math.isnan(v))}
+        return record_input(cls.task_name, record, where, Path.cwd())
+
 
 class TextClassificationPipeline(Pipeline):
     """texts or (text, text_pair) pairs -> {"label", "score"}; top_k=None (or a number) -> a list of
     them, best first."""
 
     task_name = "text-classification"
+    example = {"text": "a gripping, funny and moving film"}
 
     def run(self, inputs, top_k: int | None = 1, batch_size: int = 64):
         texts = []
@@ -327,14 +362,21 @@ def ranked(probabilities: torch.Tensor, labels: list[str], top_k: int | None) ->
 
 class TokenClassificationPipeline(Pipeline):
     """text -> {"entities": [{"entity_group", "score", "word", "start", "end"}], "words", "tags"}, and
-    "intent" for the ATIS taggers (intent + slots), which tag every word of a long text in
-    overlapping windows (JointIntentSlotTask.predict)."""
+    "intent" for the taggers of intent and slots (families.Pipelines tagger="intent_and_slots":
+    ATIS's), which tag every word of a long text in overlapping windows (JointIntentSlotTask.predict);
+    a tagger of scored entities (tagger="entities") tags the words its tokenizer's pre-tokenizer sees."""
 
     task_name = "token-classification"
+    example = {"text": "show me flights from boston to denver"}
+
+    @property
+    def scored(self) -> bool:
+        """Whether the model tags scored entities (else intent and slots), as its family declares."""
+        return self.loaded.pipelines.tagger == "entities"
 
     def run(self, inputs, batch_size: int = 64):
         texts = [check_text(text) for text in inputs]
-        tokenizer = self.model.preprocessor.tokenizer if self.loaded.family == "token_classification" else None
+        tokenizer = self.model.preprocessor.tokenizer if self.scored else None
         words = [split_words(text, tokenizer) for text in texts]  # the ATIS taggers read long ones in windows
         # characters: a length that costs nothing and follows the count of word pieces
         return by_length(lambda batch: self.tag(batch, batch_size), list(zip(texts, words)),
@@ -344,7 +386,7 @@ class TokenClassificationPipeline(Pipeline):
         """The results of texts and their words (split_words)."""
         plain = [[w for w, _, _ in row] for _, row in texts_and_words]
         results = []
-        if self.loaded.family == "token_classification":
+        if self.scored:
             for (text, row), (tags, scores) in zip(texts_and_words, self.model.predict_scored(plain, batch_size)):
                 results.append({"entities": entities(row, tags, scores, text), "words": [w for w, _, _ in row],
                                 "tags": tags})
@@ -363,6 +405,7 @@ class QuestionAnsweringPipeline(Pipeline):
     window the answer; "windows" says how many were read."""
 
     task_name = "question-answering"
+    example = {"question": "who wrote the report", "context": "the report was written by the committee"}
 
     def __call__(self, inputs=None, question=None, context=None, **options):
         if inputs is None:
@@ -386,6 +429,7 @@ class FillMaskPipeline(Pipeline):
     mask when the text has several."""
 
     task_name = "fill-mask"
+    example = {"text": "show me [MASK] from boston to denver"}
     rules = {"top_k": Option(int, minimum=1)}
 
     def run(self, inputs, top_k: int = 5, batch_size: int = 64):
@@ -402,19 +446,23 @@ class FillMaskPipeline(Pipeline):
 class FeatureExtractionPipeline(Pipeline):
     """text -> its embedding: the encoder's last hidden states averaged over the text's tokens
     (sentence-transformers' mean pooling), unit length with normalize=True. `similarity(a, b)`
-    is the cosine of two texts' embeddings. ELMo: its L + 1 layers averaged (the scalar mix with
-    equal weights and γ = 1), then over the words."""
+    is the cosine of two texts' embeddings. The encoder is the BERT body at the attribute path its
+    family declares (families.Pipelines body=, e.g. "model.bert"); a family that declares none
+    gives its task's own features: ELMo's L + 1 layers, averaged (the scalar mix with equal weights
+    and γ = 1), then over the words."""
 
     task_name = "feature-extraction"
+    example = {"text": "a sentence to embed"}
 
     def __init__(self, loaded: LoadedModel, **defaults):
         super().__init__(loaded, **defaults)
+        body = loaded.pipelines.body
         self.bert = None
-        if loaded.family == "elmo_pretraining":
+        if body is None:  # the task's own features()
             return
         from transformer_lab.data.bert import BertPreprocessor
 
-        self.bert = self.model.bert if loaded.family == "published" else self.model.model.bert
+        self.bert = operator.attrgetter(body)(self.model)
         tokenizer = self.model.preprocessor.tokenizer
         self.preprocessor = BertPreprocessor(tokenizer, max_len=self.bert.embeddings.position.num_embeddings)
 
@@ -449,6 +497,7 @@ class TextGenerationPipeline(Pipeline):
     use_cache."""
 
     task_name = "text-generation"
+    example = {"text": "The"}
 
     def run(self, inputs, max_new_tokens: int = 50, strategy: str = "greedy", temperature: float = 1.0,
             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
@@ -469,6 +518,7 @@ class TranslationPipeline(Pipeline):
     """source sentence -> {"translation_text"}, beam search: num_beams (1 = greedy), length_penalty."""
 
     task_name = "translation"
+    example = {"text": "she buys two red apples."}
 
     def run(self, inputs, num_beams: int = 4, length_penalty: float = 1.0, batch_size: int = 64):
         texts = [check_text(text, f"input {i}") for i, text in enumerate(inputs)]
@@ -488,6 +538,34 @@ class ImageClassificationPipeline(Pipeline):
         probabilities, _ = self.model.predict(images, batch_size=batch_size)
         return [ranked(row, self.model.preprocessor.labels, top_k) for row in probabilities]
 
+    def input_example(self) -> dict:
+        """A blank image of the model's size and channels, as a served row carries one: a PNG file's
+        bytes, base64-encoded."""
+        import base64
+        import io
+
+        from PIL import Image
+
+        config = self.model.model.config
+        image = Image.fromarray(np.zeros((config.image_size, config.image_size), dtype=np.uint8))
+        buffer = io.BytesIO()
+        image.convert("L" if config.in_channels == 1 else "RGB").save(buffer, format="PNG")
+        return {"image": base64.b64encode(buffer.getvalue()).decode()}
+
+    @classmethod
+    def served_input(cls, record: dict, where: str) -> bytes:
+        """A served row's `image`: the bytes of an image file, base64-encoded."""
+        import base64
+        import binascii
+
+        encoded = record.get("image")
+        if not isinstance(encoded, str) or not encoded.strip():
+            raise TransformerLabError(f"{where}: field 'image' is missing or empty")
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            raise TransformerLabError(f"{where}: field 'image' is not base64-encoded bytes") from None
+
 
 class TabularClassificationPipeline(Pipeline):
     """table row (a dict of feature columns, cells as in the CSV) -> {"label", "score"}; top_k as
@@ -495,6 +573,7 @@ class TabularClassificationPipeline(Pipeline):
     preprocessor's, naming the row)."""
 
     task_name = "tabular-classification"
+    typed_cells = False  # a table row's cells are numbers or missing markers ("?"), as cells of a CSV
 
     def run(self, inputs, top_k: int | None = 1, batch_size: int = 1024):
         for i, row in enumerate(inputs):
@@ -504,24 +583,42 @@ class TabularClassificationPipeline(Pipeline):
         probabilities = self.model.predict(inputs, batch_size=batch_size)
         return [ranked(row, self.model.preprocessor.labels, top_k) for row in probabilities]
 
+    def input_example(self) -> dict:
+        """A row of the model's feature columns: each category column's first category, each
+        continuous column's training mean."""
+        encoder = self.model.preprocessor.encoder
+        row = {c: encoder.categories[c][0] if encoder.categories[c] else "" for c in encoder.categorical}
+        row.update({c: encoder.means[c] for c in encoder.continuous})
+        return row
+
+    @classmethod
+    def served_input(cls, record: dict, where: str) -> dict:
+        """A served row as it is: pandas' NaN is a missing cell, which the preprocessor reads as one."""
+        from transformer_lab.inference.predict import record_input
+
+        return record_input(cls.task_name, record, where, Path.cwd())
+
 
 PIPELINES = {p.task_name: p for p in (TextClassificationPipeline, TokenClassificationPipeline,
                                       QuestionAnsweringPipeline, FillMaskPipeline, FeatureExtractionPipeline,
                                       TextGenerationPipeline, TranslationPipeline, ImageClassificationPipeline,
                                       TabularClassificationPipeline)}
+# The pipeline tasks and the models that do them (families.py's entries, NOT_FAMILIES): the registry read by task.
+TASKS: dict[str, tuple[str, ...]] = {task: tuple(name for name in (*FAMILIES, *NOT_FAMILIES) if task in tasks_of(name))
+                                     for task in PIPELINES}
 
 
 def pipeline(task: str | None = None, model: str | LoadedModel | None = None, tracking_uri: str | None = None,
              **defaults) -> Pipeline:
     """The pipeline of `task` on `model` (see the module docstring); task=None: the model's own."""
-    if task is not None and task not in TASKS:
-        raise TransformerLabError(f"task={task}: not a pipeline task; choose one of {', '.join(TASKS)}")
+    if task is not None and task not in PIPELINES:
+        raise TransformerLabError(f"task={task}: not a pipeline task; choose one of {', '.join(PIPELINES)}")
     if model is None:
         raise TransformerLabError("model= is required: a checkpoint, a stage's folder, an MLflow run or "
                                   "model URI, or a published encoder (minilm)")
     check_options(task, defaults)  # before the model loads; names too once the task is known
     loaded = load_model(model, tracking_uri)
-    possible = tasks_of(loaded.family)
+    possible = loaded.tasks
     if not possible:
         raise TransformerLabError(f"model={loaded.source} is a {loaded.family} model: no pipeline task reads it")
     if task is None:

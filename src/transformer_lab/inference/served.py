@@ -15,9 +15,6 @@ The training stage logs it explicitly (training/logged_model.py); tracking/ neve
 
 from __future__ import annotations
 
-import base64
-import binascii
-import io
 import json
 import logging
 import shutil
@@ -35,71 +32,33 @@ from transformer_lab.errors import TransformerLabError
 log = logging.getLogger(__name__)
 
 MODEL_CODE = Path(__file__).with_name("served_model.py")
-TEXT_EXAMPLES = {  # the input example each task's logged model shows (and is checked with)
-    "text-classification": {"text": "a gripping, funny and moving film"},
-    "token-classification": {"text": "show me flights from boston to denver"},
-    "question-answering": {"question": "who wrote the report", "context": "the report was written by the committee"},
-    "fill-mask": {"text": "show me [MASK] from boston to denver"},
-    "feature-extraction": {"text": "a sentence to embed"},
-    "text-generation": {"text": "The"},
-    "translation": {"text": "she buys two red apples."},
-}
 
 
 def input_example(run) -> pd.DataFrame:
-    """One input row for the pipeline `run` (pipelines.Pipeline): what the logged model's
-    signature is inferred from."""
-    task = run.task_name
-    if task == "image-classification":
-        import numpy as np
-        from PIL import Image
-
-        config = run.model.model.config
-        image = Image.fromarray(np.zeros((config.image_size, config.image_size), dtype=np.uint8))
-        buffer = io.BytesIO()
-        image.convert("L" if config.in_channels == 1 else "RGB").save(buffer, format="PNG")
-        return pd.DataFrame([{"image": base64.b64encode(buffer.getvalue()).decode()}])
-    if task == "tabular-classification":
-        encoder = run.model.preprocessor.encoder
-        row = {c: encoder.categories[c][0] if encoder.categories[c] else "" for c in encoder.categorical}
-        row.update({c: encoder.means[c] for c in encoder.continuous})
-        return pd.DataFrame([row])
-    return pd.DataFrame([TEXT_EXAMPLES[task]])
+    """One input row for the pipeline `run` (pipeline.Pipeline): what the logged model's
+    signature is inferred from; each task declares its own (Pipeline.input_example)."""
+    return pd.DataFrame([run.input_example()])
 
 
 def signature(run, example: pd.DataFrame):
-    """The logged model's input signature: the example's column types; a table row's cells are
-    typed `any`, as cells of a CSV are numbers or missing markers ("?")."""
+    """The logged model's input signature: the example's column types, or `any` for every column
+    of a task whose cells have no one type (Pipeline.typed_cells: a table row's cells are numbers
+    or missing markers, "?")."""
     from mlflow.models import ModelSignature, infer_signature
     from mlflow.types.schema import AnyType, ColSpec, Schema
 
-    if run.task_name == "tabular-classification":
+    if not run.typed_cells:
         return ModelSignature(inputs=Schema([ColSpec(AnyType(), column) for column in example.columns]))
     return infer_signature(example)
 
 
 def records_to_inputs(task: str, frame: pd.DataFrame) -> list:
-    """The pipeline inputs of a pyfunc input table's rows."""
-    from transformer_lab.inference.predict import record_input
+    """The pipeline inputs of a pyfunc input table's rows, each read as the pipeline of `task`
+    reads a served row (Pipeline.served_input)."""
+    from transformer_lab.inference.pipeline import PIPELINES
 
-    inputs = []
-    for number, record in enumerate(frame.to_dict(orient="records")):
-        if task != "tabular-classification":  # pandas' NaN for a field a row lacks; in a table row, a missing cell
-            record = {k: v for k, v in record.items() if not (isinstance(v, float) and pd.isna(v))}
-        if task == "image-classification":
-            inputs.append(image_bytes(record.get("image"), f"input row {number}"))
-        else:
-            inputs.append(record_input(task, record, f"input row {number}", Path.cwd()))
-    return inputs
-
-
-def image_bytes(encoded, where: str) -> bytes:
-    if not isinstance(encoded, str) or not encoded.strip():
-        raise TransformerLabError(f"{where}: field 'image' is missing or empty")
-    try:
-        return base64.b64decode(encoded, validate=True)
-    except binascii.Error:
-        raise TransformerLabError(f"{where}: field 'image' is not base64-encoded bytes") from None
+    read = PIPELINES[task].served_input
+    return [read(record, f"input row {number}") for number, record in enumerate(frame.to_dict(orient="records"))]
 
 
 class ServedError(MlflowException):
