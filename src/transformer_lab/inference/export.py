@@ -3,9 +3,11 @@ the tokenizer's files) that `transformers` loads with its own classes, e.g.
 
     transformers.pipeline("text-classification", model=DIR)
 
-Each exportable family maps to a `transformers` class; the weights go through the models' name
-tables (models/bert.py, models/gpt.py) and are loaded into that class strictly before anything
-is written, so a folder that is written is one `transformers` reads whole. JointBERT (intent +
+A family's registry entry (families.py, `export=Export(...)`) names the `transformers` class it
+becomes and the converter module (inference/hf_bert.py, inference/hf_gpt2.py) that builds that
+class's config, weights and tokenizer; the weights go through the models' name tables
+(models/bert.py, models/gpt.py) and are loaded into that class strictly before anything is
+written, so a folder that is written is one `transformers` reads whole. JointBERT (intent +
 slots) has no `transformers` class: its encoder is exported as a BertModel and the two heads
 beside it (joint_heads.safetensors, their labels in joint_heads.json).
 
@@ -28,21 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.families import FAMILIES, Export
 from transformer_lab.utils.dvc_outputs import declared_outputs
 from transformer_lab.utils.io import atomic_directory
 
 if TYPE_CHECKING:
     import torch
 
-HF_CLASSES = {
-    "sequence_classification": "BertForSequenceClassification",
-    "token_classification": "BertForTokenClassification",
-    "question_answering": "BertForQuestionAnswering",
-    "bert_pretraining": "BertForMaskedLM",
-    "bert_joint_intent_slot": "BertModel",
-    "gpt_pretraining": "GPT2LMHeadModel",
-}
-GPT2_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 EXPORT_RECORD = "transformer_lab_export.json"  # what was exported into a folder: a rerun may replace it
 DVC_TEMPLATE = re.compile(r"\$\{[^}]*\}")  # ${item.model} in a dvc.yaml path: one path component
 
@@ -119,115 +113,50 @@ def check_out(out: str | Path, family: str, source: str) -> None:
                                   "which replacing it would delete; move them out or name another folder")
 
 
-def bert_config(config, labels: list[str] | None, architecture: str):
-    from transformers import BertConfig
-
-    return BertConfig(vocab_size=config.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.n_layers,
-                      num_attention_heads=config.n_heads, intermediate_size=config.d_ff, hidden_act="gelu",
-                      max_position_embeddings=config.max_len, type_vocab_size=config.type_vocab_size,
-                      layer_norm_eps=config.layer_norm_eps, pad_token_id=config.pad_id,
-                      hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout,
-                      architectures=[architecture],
-                      **({"id2label": dict(enumerate(labels)), "label2id": {l: i for i, l in enumerate(labels)}}
-                         if labels else {}))
-
-
-def gpt2_config(config):
-    from transformers import GPT2Config
-
-    refused = [why for why, bad in (("post-norm blocks (norm_first=false)", not config.norm_first),
-                                    (f"{config.position} positions", config.position != "learned"),
-                                    ("mixture-of-experts feed-forward", config.ffn != "dense"),
-                                    ("no biases", not config.bias),
-                                    (f"{config.activation} activation", config.activation not in GPT2_ACTIVATIONS))
-               if bad]
-    if refused:
-        raise TransformerLabError(f"this GPT has {', '.join(refused)}: GPT2LMHeadModel has pre-norm blocks, "
-                                  "learned positions, a dense GELU feed-forward and biases")
-    return GPT2Config(vocab_size=config.vocab_size, n_positions=config.max_len, n_embd=config.d_model,
-                      n_layer=config.n_layers, n_head=config.n_heads, n_inner=config.d_ff,
-                      activation_function=GPT2_ACTIVATIONS[config.activation], resid_pdrop=config.dropout,
-                      embd_pdrop=config.dropout, attn_pdrop=config.dropout, layer_norm_epsilon=config.layer_norm_eps,
-                      bos_token_id=config.eos_id, eos_token_id=config.eos_id, architectures=["GPT2LMHeadModel"])
+def export_spec(loaded) -> Export:
+    """How the registry says the loaded model's family is exported, or one error naming the families
+    that are."""
+    entry = FAMILIES.get(loaded.family)
+    spec = entry.export if entry else None
+    if spec is None:
+        exportable = [name for name, declared in FAMILIES.items() if declared.export]
+        raise TransformerLabError(f"model={loaded.source} is a {loaded.family} model: format=hf exports "
+                                  f"{', '.join(exportable)}")
+    return spec
 
 
-def hf_tokenizer(preprocessor, family: str, max_len: int):
-    """A `transformers` fast tokenizer around a copy of the task's own: BERT's inputs get
-    `[CLS] A [SEP] (B [SEP])` from its post-processor, as the preprocessors build them; no
-    clean-up of spaces in decoding, so that decoded text is this project's."""
-    from tokenizers import Tokenizer
-    from tokenizers.processors import TemplateProcessing
-    from transformers import PreTrainedTokenizerFast
-
-    copy = Tokenizer.from_str(preprocessor.tokenizer.to_str())
-    copy.no_truncation()
-    copy.no_padding()
-    if family == "gpt_pretraining":
-        eos = copy.id_to_token(preprocessor.eos_id)
-        return PreTrainedTokenizerFast(tokenizer_object=copy, eos_token=eos, bos_token=eos, model_max_length=max_len,
-                                       clean_up_tokenization_spaces=False)
-    ids = {name: copy.token_to_id(name) for name in ("[CLS]", "[SEP]")}
-    copy.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                                             special_tokens=list(ids.items()))
-    return PreTrainedTokenizerFast(tokenizer_object=copy, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=max_len,
-                                   clean_up_tokenization_spaces=False,
-                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
-
-
-def hf_state(family: str, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The trained model's weights under the `transformers` class's names."""
-    if family == "gpt_pretraining":
-        from transformer_lab.models.gpt import to_hf_state_dict
-
-        return to_hf_state_dict(model.state_dict())
-    from transformer_lab.models.bert import to_hf_state_dict
-
-    state = {k: v for k, v in model.state_dict().items()
-             if not k.startswith(("intent_head.", "slot_head.", "nsp."))}  # heads the class has not
-    hf = to_hf_state_dict(state)
-    if family in ("bert_pretraining", "token_classification", "question_answering"):
-        hf = {k: v for k, v in hf.items() if not k.startswith("bert.pooler.")}  # these classes have no pooler
-    if family == "bert_joint_intent_slot":  # BertModel: no "bert." prefix
-        hf = {k.removeprefix("bert."): v for k, v in hf.items()}
-    return hf
+def hf_state(spec: Export, converter, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The trained model's weights under the `transformers` class's names: those it has a place for
+    (spec.omit: not), renamed by the converter, less the prefix the class's names lack (spec.body)."""
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith(spec.omit)}
+    return {k.removeprefix(spec.body): v for k, v in converter.state_dict(state).items()}
 
 
 def export_hf(loaded, out: str | Path) -> Path:
-    """Write the trained model `loaded` (pipelines.LoadedModel) as a Hugging Face folder at `out`;
-    nothing is left at `out` if anything fails."""
-    import transformers
-    from safetensors.torch import save_file
+    """Write the trained model `loaded` (pipeline.LoadedModel) as a Hugging Face folder at `out`, as
+    its family's registry entry says (families.Export); nothing is left at `out` if anything fails."""
+    import importlib
 
+    import transformers
+    from hydra.utils import get_object
+
+    spec = export_spec(loaded)
     family, task = loaded.family, loaded.task
-    if family not in HF_CLASSES:
-        raise TransformerLabError(f"model={loaded.source} is a {family} model: format=hf exports "
-                                  f"{', '.join(HF_CLASSES)}")
     check_out(out, family, loaded.source)
-    config, architecture = task.model.config, HF_CLASSES[family]
-    if family == "gpt_pretraining":
-        hf_config = gpt2_config(config)
-    else:
-        labels = getattr(task.preprocessor, "labels", None) if family != "bert_joint_intent_slot" else None
-        hf_config = bert_config(config, labels, architecture)
-    model = getattr(transformers, architecture)(hf_config)
-    missing, unexpected = model.load_state_dict(hf_state(family, task.model), strict=False)
+    converter = importlib.import_module(spec.converter)
+    config, architecture = task.model.config, spec.architecture
+    labels = getattr(task.preprocessor, spec.labels) if spec.labels else None
+    model = getattr(transformers, architecture)(converter.config(config, labels, architecture))
+    missing, unexpected = model.load_state_dict(hf_state(spec, converter, task.model), strict=False)
     missing = [k for k in missing if not k.endswith(("position_ids", "decoder.bias", "masked_bias", "attn.bias"))]
     if missing or unexpected:
         raise TransformerLabError(f"{architecture}: the converted weights do not fit (missing {missing[:3]}, "
                                   f"unexpected {unexpected[:3]})")
     with atomic_directory(out) as folder:
         model.eval().save_pretrained(folder, safe_serialization=True)
-        hf_tokenizer(task.preprocessor, family, config.max_len).save_pretrained(folder)
-        if family == "bert_joint_intent_slot":
-            save_file({"intent.weight": task.model.intent_head.weight.contiguous(),
-                       "intent.bias": task.model.intent_head.bias.contiguous(),
-                       "slot.weight": task.model.slot_head.weight.contiguous(),
-                       "slot.bias": task.model.slot_head.bias.contiguous()}, str(folder / "joint_heads.safetensors"))
-            (folder / "joint_heads.json").write_text(json.dumps({
-                "intent_labels": task.preprocessor.intent_labels, "slot_labels": task.preprocessor.slot_labels,
-                "how": "intent = softmax(intent.weight @ pooler_output + intent.bias); slot of each word = "
-                       "softmax(slot.weight @ last_hidden_state[first piece of the word] + slot.bias)"}, indent=2))
+        converter.tokenizer(task.preprocessor, config.max_len).save_pretrained(folder)
+        if spec.beside:
+            get_object(spec.beside)(task, folder)
         (folder / EXPORT_RECORD).write_text(json.dumps({
             "format": "hf", "family": family, "architecture": architecture, "model": loaded.source,
             "files": sorted(p.name for p in folder.iterdir())}, indent=2) + "\n")
