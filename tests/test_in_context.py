@@ -2,10 +2,15 @@
 prompt can teach it (K = 0 is chance, also for a perfect reader), accuracy is measured without a
 weight update, and a small GPT learns to read the demonstrations."""
 
+import sys
+
 import pytest
 import torch
-from in_context_prompts import IGNORE_INDEX, MappingTask, accuracy_by_shots
+from conftest import ROOT
 from test_inference import tokenizer_path  # noqa: F401  (the fixture)
+
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the task is research code beside the benchmark that uses it
+from in_context_prompts import IGNORE_INDEX, MappingTask, accuracy_by_shots  # noqa: E402
 
 
 class CopyLastLabel(torch.nn.Module):
