@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
@@ -42,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformer_lab.data.atis import prepare_atis, read_seq_in_dir
     from transformer_lab.errors import TransformerLabError
     from transformer_lab.evaluation.atis import score_predictions
-    from transformer_lab.training.train import train
     from transformer_lab.runtime.config import compose_config
+    from transformer_lab.training.train import train
     from transformer_lab.utils.io import atomic_write_json
 
     with tempfile.TemporaryDirectory(prefix="atis-bench-") as tmp:
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "data": str(Path(args.data).resolve()),
         "overrides": overrides,
         "model": OmegaConf.to_container(cfg.model),
-        "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "machine": {**machine(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "platform": platform.platform(), "torch": torch.__version__},
     }
     atomic_write_json(args.out, result)

@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
@@ -60,10 +62,10 @@ def read_splits(task: str, data: str) -> dict[str, list[dict]]:
 
 
 def run_one(args, start: str, seed: int, work: Path) -> dict:
+    from transformer_lab.runtime.config import compose_config
     from transformer_lab.tasks.checkpoints import load_task
     from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
     from transformer_lab.training.train import train
-    from transformer_lab.runtime.config import compose_config
 
     run_dir = work / f"{args.task}-{start}-seed{seed}"
     overrides = [
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def record(rows: list[dict]) -> dict:
         return {**settings, "runs": rows, "summary": summarise(rows),
-                "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                "machine": {**machine(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                             "platform": platform.platform(), "torch": torch.__version__}}
 
     with tempfile.TemporaryDirectory(prefix="elmo-taggers-") as tmp:

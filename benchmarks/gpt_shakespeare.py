@@ -47,6 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
@@ -347,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": round(time.perf_counter() - wall, 1),
         "vocab_size": vocab_size,
         "settings": {**vars(args), **RECIPE, "timed_from_iteration": TIMED_FROM},
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+        "machine": {**machine(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
                     "transformers": transformers.__version__, "threads": args.threads,
                     "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
     }

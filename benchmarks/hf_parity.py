@@ -55,6 +55,8 @@ import sys
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
@@ -435,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         result.update(gpt_result)
 
     result["settings"] = settings
-    result["machine"] = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+    result["machine"] = {**machine(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
                          "transformers": transformers.__version__,
                          # other work on the machine slows both; the ratio is the robust figure
                          "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}

@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 SHOTS = [0, 1, 2, 4, 8, 12, 16]
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": args.steps, "batch_size": args.batch_size, "train_seconds": round(seconds, 1),
         "params": sum(p.numel() for p in model.parameters()),
         "model": {"n_layers": args.layers, "d_model": args.width, "n_heads": args.heads}, "seed": args.seed,
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+        "machine": {**machine(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
                     "threads": args.threads},
     }
     if args.sst2:

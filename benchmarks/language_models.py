@@ -58,6 +58,7 @@ from transformer_lab.errors import DataError  # noqa: E402
 from transformer_lab.models.elmo import IGNORE_INDEX, ElmoBiLM, ElmoConfig  # noqa: E402
 from transformer_lab.models.gpt import GPTConfig, GPTLMHeadModel  # noqa: E402
 from transformer_lab.tasks.schedules import decay_groups  # noqa: E402
+from transformer_lab.utils.machine import machine
 
 SPLITS = ("train", "valid", "test")
 EOS_WORD = "<eos>"
@@ -324,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
               f"test {result[f'{model.name}_test_word_ppl']} per-word perplexity", flush=True)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "out"}
     result["settings"] = settings
-    result["machine"] = {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": args.threads,
+    result["machine"] = {**machine(), "platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": args.threads,
                          "torch": torch.__version__}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
@@ -42,8 +44,8 @@ VARIANTS = {"image": ["model.modalities=[image]"], "text": ["model.modalities=[t
 
 def train_variant(variant: str, prepared: Path, schema: Path, seed: int, epochs: int, minutes: float,
                   overrides: list[str], out_dir: Path) -> dict:
-    from transformer_lab.training.train import train
     from transformer_lab.runtime.config import compose_config
+    from transformer_lab.training.train import train
 
     budget = time.strftime("%H:%M:%S", time.gmtime(round(minutes * 60)))
     cfg = compose_config("train", [
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"minutes": args.minutes, "epochs": args.epochs, "seeds": seeds, "image_size": args.image_size,
                      "min_class_rows": args.min_class_rows,
                      "overrides": args.set, "selection": "lowest validation loss; test scored once"},
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
+        "machine": {**machine(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
                     "torch": torch.__version__, "threads": args.threads,
                     "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
     })

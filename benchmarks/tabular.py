@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     result.update({
         "wall_seconds": round(time.perf_counter() - wall, 1),
         "settings": {"folds": args.folds, "seed": args.seed, "overrides": args.set},
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+        "machine": {**machine(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
                     "threads": args.threads,
                     "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
     })

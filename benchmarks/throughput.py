@@ -63,6 +63,8 @@ import sys
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
@@ -436,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             result[f"{kind}_{size}_system_cpu_s"] = round(after.ru_stime - before.ru_stime, 2)
             if args.profile:
                 result.update(profile_ours(kind, size, args, device, Path(args.out)))
-    result["machine"] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    result["machine"] = {**machine(), "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
                          or platform.machine(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
                          "cpu_model": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                          "amx_bf16": "amx_bf16" in cpu_flags(),  # the tile unit that makes bf16 matmuls fast

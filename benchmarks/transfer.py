@@ -207,8 +207,8 @@ def run_squad(args, init: str, seed: int, work: Path) -> dict:
 
 
 def train_once(overrides: list[str], run_dir: Path, with_metrics: bool = False):
-    from transformer_lab.training.train import train
     from transformer_lab.runtime.config import compose_config
+    from transformer_lab.training.train import train
 
     cfg = compose_config("train", [*overrides, "callbacks.rich_progress_bar=null", "tracking.log_trained_model=false"],
                          run_dir)

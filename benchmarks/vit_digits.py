@@ -26,13 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
 
 def train_vit(prepared_dir: Path, overrides: list[str], out_dir: Path) -> dict:
-    from transformer_lab.training.train import train
     from transformer_lab.runtime.config import compose_config
+    from transformer_lab.training.train import train
 
     # the benchmark's recipe trains 150 epochs; `make run` trains experiment=vit/digits's CPU-sized 40
     cfg = compose_config("train", ["experiment=vit/digits", "logger=none", f"data.prepared_dir={prepared_dir}",
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {**vit, "logreg_acc": round(logreg, 4), **cnn,
               "split": {k: v for k, v in summary.items() if k.endswith("_images")},
               "settings": {"overrides": args.set, "cnn_epochs": args.cnn_epochs, "seed": args.seed},
-              "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+              "machine": {**machine(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
                           "threads": args.threads,
                           "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]}}
     atomic_write_json(args.out, result)

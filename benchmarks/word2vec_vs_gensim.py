@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from transformer_lab.utils.machine import machine
+
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "corpus_sentences": len(sentences),
         "corpus_words": sum(map(len, sentences)),
         "all_speeds": {"ours": [round(s) for s in ours_speed], "gensim": [round(s) for s in gensim_speed]},
-        "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
+        "machine": {**machine(), "cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
     }
     atomic_write_json(args.out, result)
     print({k: v for k, v in result.items() if not isinstance(v, dict)})
