@@ -315,6 +315,7 @@ def test_tiny_gpt_pretraining_lowers_the_loss_and_generates(gpt_tokenizers, tmp_
 FORMAT_WORDS = ["good", "bad", "the", "film", "was", "plot", "a", "very", "story"]
 
 
+@pytest.mark.slow  # trains a model first: make test-all (CI) runs it, make test stays under 5 minutes
 def test_compiled_training_gives_the_same_model(gpt_tokenizers, tmp_path):
     """compile.enabled=true runs training through torch.compile (the eager backend: graph capture
     without code generation, so the numbers must not move) and keeps the parameter names."""

@@ -53,6 +53,7 @@ def test_a_perfect_reader_is_at_chance_without_demonstrations_and_at_the_bound_w
     assert task.best_possible(8) > 0.9 > task.best_possible(4)
 
 
+@pytest.mark.slow  # trains a model first: make test-all (CI) runs it, make test stays under 5 minutes
 def test_a_small_gpt_learns_to_read_the_prompt_without_changing_its_weights():
     from transformer_lab.models.gpt import GPTConfig, GPTLMHeadModel
 
