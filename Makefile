@@ -52,6 +52,9 @@ ui: install             ## the MLflow UI over the project's local store, on 127.
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
 
 server: install         ## a team tracking server: mlflow server on PostgreSQL, artifacts proxied, on 127.0.0.1:5000
+	# PostgreSQL's binaries are the `server` extra (pgserver): already there after the dev install above
+	$(BIN)/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('pgserver') is None)" \
+		|| $(UV) -e ".[$(EXTRAS),server]"
 	$(BIN)/python -m transformer_lab.tracking.team_server --dir .team-server --host 127.0.0.1 --port 5000
 
 results-table: install  ## docs/results.md from every benchmarks/results/*.json (one table per benchmark)

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -21,6 +22,7 @@ from conftest import PYTHON, ROOT, free_port, run, sweep_runs
 from mlflow import MlflowClient
 
 from transformer_lab.errors import TransformerLabError
+from transformer_lab.tracking import team_server
 from transformer_lab.tracking.team_server import LocalPostgres, wait_until_healthy
 
 
@@ -196,6 +198,20 @@ def test_a_taken_port_is_refused_before_anything_starts(server_folder, other_htt
     assert f"127.0.0.1:{other_http_server} is already in use" in line and taken in line
     assert not (server_folder / "server" / "postgres").exists()  # no cluster made, none started
     assert processes_of(server_folder) == []
+
+
+def test_without_postgres_binaries_one_line_names_the_install(monkeypatch):
+    """pgserver is the `server` extra, not a core dependency: an install without it is told how to get it."""
+    monkeypatch.setitem(sys.modules, "pgserver", None)  # as if not installed: its import fails
+    monkeypatch.setitem(sys.modules, "pgserver._commands", None)
+    monkeypatch.setattr(team_server.shutil, "which", lambda name: None)  # no PostgreSQL on PATH
+    monkeypatch.setattr(team_server.glob, "glob", lambda pattern: [])  # nor Debian's
+    with pytest.raises(TransformerLabError) as raised:
+        team_server.postgres_bin_dir()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "`make server` installs them (pip install 'transformer-lab[server]')" in message
+    assert "--backend-store-uri" in message
 
 
 def test_health_answered_by_another_server_is_not_taken_for_ours(other_http_server):

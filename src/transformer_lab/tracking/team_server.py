@@ -5,10 +5,11 @@ through it (`--serve-artifacts`), so that several people and jobs write to one p
     python -m transformer_lab.tracking.team_server --backend-store-uri postgresql://USER@HOST:5432/mlflow
 
 Without --backend-store-uri it runs a PostgreSQL cluster of its own in DIR/postgres (the server
-binaries come from the `pgserver` package, else from a PostgreSQL on PATH), listening on 127.0.0.1
-only, password-protected (DIR/postgres.password); the artifacts go to DIR/artifacts. Clients point
-`MLFLOW_TRACKING_URI` at the printed address. Ctrl-C (or SIGTERM) stops the MLflow server, then
-PostgreSQL, and exits 0; a restart on the same DIR serves every run stored before.
+binaries come from the `pgserver` package, the `server` extra that `make server` installs, else from a
+PostgreSQL on PATH), listening on 127.0.0.1 only, password-protected (DIR/postgres.password); the
+artifacts go to DIR/artifacts. Clients point `MLFLOW_TRACKING_URI` at the printed address. Ctrl-C (or
+SIGTERM) stops the MLflow server, then PostgreSQL, and exits 0; a restart on the same DIR serves every
+run stored before.
 
 One server per DIR: it holds a lock on DIR/team-server.lock while it runs, and a second start on
 the same DIR exits 2 without touching the first. Both ports are checked free before anything starts,
@@ -109,8 +110,9 @@ def postgres_bin_dir() -> Path:
     for folder in candidates:
         if Path(folder, "initdb").is_file():
             return Path(folder)
-    raise TransformerLabError("no PostgreSQL server binaries: `pip install pgserver` (what `make install` does), "
-                              "install Debian's postgresql, or pass --backend-store-uri of a running server")
+    raise TransformerLabError("no PostgreSQL server binaries: `make server` installs them (pip install "
+                              "'transformer-lab[server]'), or install Debian's postgresql, or pass "
+                              "--backend-store-uri of a running server")
 
 
 def last_lines(text: str, count: int = 3) -> str:
