@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -25,23 +26,30 @@ from omegaconf import DictConfig, OmegaConf
 from transformer_lab.errors import TransformerLabError
 from transformer_lab.tracking.registry import DATA_FINGERPRINT
 from transformer_lab.tracking.sweeps import sweep_parent_run_id
+from transformer_lab.utils.dvc_outputs import declared_outputs, dvc_md5
 from transformer_lab.utils.io import atomic_write_json
 from transformer_lab.utils.resolvers import default_artifact_location
 
 RUN_REFERENCE = "mlflow_run.json"
+# MLflow's experiment kind: a model-training experiment opens on its run table, where an
+# experiment of no kind opens on the GenAI overview (traces, token usage).
+EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
 
 
 def experiment_id(client, name: str, tracking_dir: str) -> str:
-    """The id of MLflow experiment `name`, created (artifacts where the loggers put them) if absent.
-    Two jobs starting at once on one server both find it absent; the one that loses the race to
-    create it reads the winner's."""
+    """The id of MLflow experiment `name`, a model-training experiment, created (artifacts where
+    the loggers put them) if absent; one made before it had a kind gets it. Two jobs starting at
+    once on one server both find it absent; the one that loses the race to create it reads the winner's."""
     from mlflow.exceptions import MlflowException
 
     experiment = client.get_experiment_by_name(name)
     if experiment:
+        if experiment.tags.get(EXPERIMENT_KIND) is None:
+            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND, MODEL_TRAINING)
         return experiment.experiment_id
     try:
-        return client.create_experiment(name, artifact_location=default_artifact_location(tracking_dir, name))
+        return client.create_experiment(name, artifact_location=default_artifact_location(tracking_dir, name),
+                                        tags={EXPERIMENT_KIND: MODEL_TRAINING})
     except MlflowException as err:
         if err.error_code != "RESOURCE_ALREADY_EXISTS" or not (experiment := client.get_experiment_by_name(name)):
             raise
@@ -86,6 +94,15 @@ def hydra_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
+def config_choices() -> dict[str, str]:
+    """The config files the run was composed of, by group (experiment=bert/sentiment, model=bert, ...);
+    Hydra's own groups left out."""
+    if not HydraConfig.initialized():
+        return {}
+    choices = HydraConfig.get().runtime.choices
+    return {group: str(option) for group, option in choices.items() if option is not None and not group.startswith("hydra")}
+
+
 def sweep_parent() -> str | None:
     """In a multirun, the MLflow run of the whole sweep (see hydra_callbacks.SweepRecord)."""
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
@@ -102,6 +119,9 @@ def check_tracking(cfg: DictConfig) -> None:
     champion = (cfg.get("tracking") or {}).get("champion", "auto")
     if champion not in CHAMPION_SETTINGS:
         raise TransformerLabError(f"tracking.champion={champion!r} is not one of {', '.join(CHAMPION_SETTINGS)}")
+    interval = (cfg.get("tracking") or {}).get("system_metrics_s")
+    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0):
+        raise TransformerLabError(f"tracking.system_metrics_s={interval!r}: seconds between samples, > 0 (null: off)")
     if cfg.get("logger"):
         check_tracking_server(cfg.paths.mlflow_tracking_uri)
 
@@ -213,6 +233,36 @@ def data_record(settings: dict, split_sizes: dict[str, int | str]) -> dict[str, 
             "data_files": "; ".join(files) or "(none: no setting names a file)"}
 
 
+# settings that name a file the run reads that is not its examples
+NOT_DATA_INPUTS = frozenset({"tokenizer_path"})
+
+
+def data_inputs(settings: dict, split_sizes: dict[str, int | str], data_name: str, fingerprint: str,
+                root_dir: str | Path) -> list:
+    """The data a run read, as MLflow datasets (the run table's Dataset column): one for each file or
+    folder a datamodule setting names, its digest the hash dvc.lock records for it (so runs on two
+    versions of the prepared data differ in the table), its source the path and the DVC stage that
+    writes it; data that no setting names as a file (built in, from the hub) is named by the run's
+    data fingerprint. Each profile is the examples per split."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    writers = {path: stage for stage, path in declared_outputs(Path(root_dir))}
+    profile = json.dumps({"examples": split_sizes})
+    files = [(key, value) for key, value in _leaves(settings) if key.rsplit(".", 1)[-1] not in NOT_DATA_INPUTS
+             and isinstance(value, str) and os.sep in value and Path(value).exists()]
+    datasets = []
+    for key, value in files:
+        shown = shown_value(value, root_dir) or Path(value).name
+        source = {"uri": shown, "setting": f"data.datamodule.{key}", "dvc_stage": writers.get(shown)}
+        name = data_name if len(files) == 1 else f"{data_name} ({key})"
+        datasets.append(Dataset(name, dvc_md5(value).removesuffix(".dir"), "local", json.dumps(source), profile=profile))
+    if not datasets:
+        settings_shown = {key: value for key, value in _leaves(settings) if shown_value(value, root_dir) is not None
+                          and key.rsplit(".", 1)[-1] not in NOT_DATA_SETTINGS | NOT_DATA_INPUTS}
+        datasets.append(Dataset(data_name, fingerprint, "code", json.dumps(settings_shown, default=str), profile=profile))
+    return [DatasetInput(dataset, [InputTag("mlflow.data.context", "training")]) for dataset in datasets]
+
+
 def examples_in(loaders, batches: list[int | float], world_size: int) -> int | str | None:
     """How many examples a split's loader(s) give in `batches` batches per process (None: a stream of
     unknown length)."""
@@ -262,13 +312,59 @@ def flatten(config: dict, prefix: str = "") -> dict[str, object]:
     return flat
 
 
+# What sets runs apart: the run's settings, by the top-level keys of the config. The rest (callbacks,
+# logger, paths, tracking) is plumbing, kept whole in the run's config.yaml.
+COMPARED_KEYS = ("seed", "optimized_metric", "test", "trainer", "compile", "data", "model", "task", "baseline")
+# trainer settings that change what a run logs or shows, not what it trains
+NOT_COMPARED = frozenset({"trainer.default_root_dir", "trainer.enable_model_summary", "trainer.enable_progress_bar",
+                          "trainer.log_every_n_steps"})
+CLASS_PATH = re.compile(r"^([A-Za-z_]\w*\.)+[A-Z]\w*$")  # transformer_lab.models.bert.BertClassifierConfig
+
+
+def shown_value(value, root_dir: str | Path) -> str | None:
+    """A setting as the compare view shows it: a path under the project as its relative path; None
+    for what is not compared (a path elsewhere, which says where a clone is rather than what ran;
+    a class path; an unset value)."""
+    if value is None:
+        return None
+    text = str(value)
+    if CLASS_PATH.match(text):
+        return None
+    if "://" in text or os.path.isabs(text):
+        try:
+            return Path(text).resolve().relative_to(Path(root_dir).resolve()).as_posix()
+        except ValueError:
+            return None
+    return text
+
+
+def comparable_params(resolved: dict, choices: dict[str, str], root_dir: str | Path) -> dict[str, str]:
+    """The run's params: the settings a person compares runs by (COMPARED_KEYS, flattened), the config
+    files chosen (`config.<group>`), no `_target_`, no class path, no absolute path. A setting of
+    `data` that its datamodule repeats is shown once, as the datamodule's."""
+    params = {f"config.{group}": option for group, option in choices.items()}
+    flat = flatten({key: resolved[key] for key in COMPARED_KEYS if key in resolved})
+    for key, value in flat.items():
+        name = key.rsplit(".", 1)[-1]
+        if name.startswith("_") or key in NOT_COMPARED:
+            continue
+        if key.startswith("data.") and not key.startswith("data.datamodule.") and \
+                flat.get("data.datamodule." + key.removeprefix("data."), object()) == value:
+            continue
+        shown = shown_value(value, root_dir)
+        if shown is not None:
+            params[key] = shown[:6000]  # MLflow's longest param value
+    return params
+
+
 def log_run_context(logger: MLFlowLogger, cfg: DictConfig, overrides: list[str] | None = None,
-                    parent_run_id: str | None = None) -> None:
-    """Params = the resolved config, flattened; tags = git commit, DVC stage and experiment, Hydra overrides, the
-    sweep's parent run; artifact = the resolved config as YAML."""
+                    parent_run_id: str | None = None, choices: dict[str, str] | None = None) -> None:
+    """Params = the settings a person compares runs by (comparable_params); tags = git commit, DVC
+    stage and experiment, the command line's overrides as one line, the sweep's parent run;
+    artifact = the whole resolved config as YAML."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     client, run_id = logger.experiment, logger.run_id
-    params = {k: str(v) for k, v in flatten(resolved).items()}
+    params = comparable_params(resolved, choices or {}, cfg.paths.root_dir)
     existing = client.get_run(run_id).data.params
     # MLflow params are immutable: a resumed run records what changed (max_epochs, ckpt_path) as tags.
     for key, value in params.items():
@@ -322,8 +418,9 @@ def record_failed_job(cfg: DictConfig, output_dir: str | Path, overrides: list[s
             tags["mlflow.parentRunId"] = parent_run_id
         name = entry.get("run_name") or run_name(cfg.task_name, overrides)
         run_id = client.create_run(experiment, run_name=name, tags=tags).info.run_id
-        params = [override.lstrip("+~").partition("=") for override in overrides]
-        client.log_batch(run_id, params=[Param(key, value) for key, equals, value in params if equals])
+        params = [override.lstrip("+").partition("=") for override in overrides if not override.startswith("~")]
+        shown = [(key, shown_value(value, cfg.paths.root_dir)) for key, equals, value in params if equals]
+        client.log_batch(run_id, params=[Param(key, value) for key, value in shown if value is not None])
     client.set_tag(run_id, FAILURE_TAG, reason[:5000])
     client.set_terminated(run_id, "FAILED")
     return run_id
@@ -350,15 +447,37 @@ class RunRecord(Callback):
 
     def __init__(self, cfg: DictConfig):
         self.cfg, self.overrides, self.parent_run_id = cfg, hydra_overrides(), sweep_parent()
+        self.choices = config_choices()
         self.logger: MLFlowLogger | None = None
         self.split_sizes: dict[str, int | str] = {}  # examples trained on and scored on, counted as the trainer goes
+        self.system_metrics = None  # MLflow's monitor of CPU, memory (and GPU) use, while the run trains
 
     def start(self, logger: MLFlowLogger | None) -> None:
         if logger is None or self.logger is not None:
             return
         self.logger = logger
-        log_run_context(logger, self.cfg, self.overrides, self.parent_run_id)
+        log_run_context(logger, self.cfg, self.overrides, self.parent_run_id, self.choices)
         write_run_reference(Path(self.cfg.paths.output_dir) / RUN_REFERENCE, logger)
+        interval = (self.cfg.get("tracking") or {}).get("system_metrics_s")
+        if interval:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            # resume_logging: a resumed run's samples go on from its last step
+            self.system_metrics = SystemMetricsMonitor(logger.run_id, sampling_interval=interval, resume_logging=True,
+                                                       tracking_uri=logger._tracking_uri)
+            self.system_metrics.start()
+
+    def stop_system_metrics(self) -> None:
+        if self.system_metrics is not None:
+            self.system_metrics.finish()
+            self.system_metrics = None
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.stop_system_metrics()
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":  # the samples cover training; validation and test of the best checkpoint follow
+            self.stop_system_metrics()
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage == "fit" and trainer.is_global_zero:  # one process records the run
@@ -382,18 +501,27 @@ class RunRecord(Callback):
             self.logger.log_metrics(metrics)
 
     def record_data(self, settings: dict) -> str | None:
-        """Tag the run with the data it was trained and scored on (data_record: the datamodule's
-        settings and the examples counted); its fingerprint."""
+        """Record the data the run was trained and scored on: tags (data_record: the datamodule's
+        settings and the examples counted), the examples per split as params (`data.examples.<split>`),
+        and the data as MLflow datasets (data_inputs). Returns the data fingerprint."""
         if self.logger is None:
             return None
+        client, run_id = self.logger.experiment, self.logger.run_id
         tags = data_record(settings, self.split_sizes)
         for key, value in tags.items():
-            self.logger.experiment.set_tag(self.logger.run_id, key, value)
+            client.set_tag(run_id, key, value)
+        existing = client.get_run(run_id).data.params
+        sizes = {f"data.examples.{split}": str(size) for split, size in self.split_sizes.items()}
+        self.logger.log_hyperparams({key: value for key, value in sizes.items() if key not in existing})
+        data_name = (self.cfg.get("data") or {}).get("name") or self.choices.get("data") or "data"
+        client.log_inputs(run_id, data_inputs(settings, self.split_sizes, str(data_name), tags[DATA_FINGERPRINT],
+                                              self.cfg.paths.root_dir))
         return tags[DATA_FINGERPRINT]
 
     def finish(self, files: list[str | Path], checkpoint: str | None = None) -> None:
         """files: under the run's artifacts; checkpoint: under checkpoints/. The run's model is logged
         by the stage that trained it (training/logged_model.py), not here: tracking knows no model."""
+        self.stop_system_metrics()
         if self.logger is None:
             return
         log_artifacts(self.logger, files)

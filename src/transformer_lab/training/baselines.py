@@ -134,6 +134,8 @@ def train_baseline(cfg: DictConfig) -> dict[str, float]:
     logger = tracking.find_mlflow_logger(tracking.build_loggers(cfg))
     record.start(logger)
     record.log_metrics(metrics)
+    record.split_sizes = {split: len(encoded[split].labels) for split in ("train", "validation", "test")}
+    record.record_data({"prepared_dir": cfg.data.prepared_dir, "fold": cfg.data.datamodule.get("fold")})
     record.finish([metrics_path, model_path, preprocessor_path])
     if record.logger and cfg.tracking.log_trained_model:
         logged_model.log_pipeline_model(record.logger, output_dir)

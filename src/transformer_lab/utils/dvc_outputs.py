@@ -9,6 +9,7 @@ successful run) are copied back from the cache, so the workspace is what it was 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -87,3 +88,20 @@ def restore_stage_outputs(stage: str, workdir: str | Path = ".", dvc_root: str |
         return []
     cache_dir = Path(dvc_root or workdir) / ".dvc" / "cache"
     return [out["path"] for out in recorded.get("outs", []) if _restore(out, workdir, cache_dir)]
+
+
+def dvc_md5(path: str | Path) -> str:
+    """The hash dvc.lock records for a file or folder (DVC 3, md5): a file's md5; for a folder, the
+    md5 of its manifest (each file's md5 and path in it, sorted by path, as JSON) and `.dir`."""
+    path = Path(path)
+    if path.is_file():
+        return _md5(path)
+    manifest = [{"md5": _md5(file), "relpath": file.relative_to(path).as_posix()}
+                for file in sorted(path.rglob("*")) if file.is_file()]
+    manifest.sort(key=lambda entry: entry["relpath"])
+    return hashlib.md5(json.dumps(manifest, sort_keys=True).encode()).hexdigest() + ".dir"
+
+
+def _md5(file: Path) -> str:
+    with open(file, "rb") as stream:
+        return hashlib.file_digest(stream, "md5").hexdigest()
