@@ -67,7 +67,6 @@ class ClassificationTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.Lightnin
             self.log("train/aux_loss", auxiliary, on_step=True, on_epoch=True, batch_size=size, sync_dist=True)
             loss = loss + auxiliary
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
     def _evaluate(self, batch: dict, stage: str) -> None:

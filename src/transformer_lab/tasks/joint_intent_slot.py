@@ -21,7 +21,7 @@ from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import inference
 from transformer_lab.tasks.metrics import SlotF1
 from transformer_lab.tasks.pretrained import load_pretrained
-from transformer_lab.tasks.schedules import decay_groups, warmup_cosine
+from transformer_lab.tasks.schedules import decay_groups, scheduled, warmup_cosine
 
 
 def word_windows(costs: list[int], budget: int) -> list[tuple[int, int]]:
@@ -150,8 +150,7 @@ class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
         loss = intent_loss + self.hparams.slot_loss_coef * slot_loss
         size = batch["input_ids"].shape[0]
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
-        self.log_dict({"train/intent_loss": intent_loss, "train/slot_loss": slot_loss,
-                       "train/lr": self.optimizers().param_groups[0]["lr"]}, batch_size=size)
+        self.log_dict({"train/intent_loss": intent_loss, "train/slot_loss": slot_loss}, batch_size=size)
         return loss
 
     def _evaluate(self, batch: dict, stage: str) -> None:
@@ -186,7 +185,7 @@ class JointIntentSlotTask(TokenEmbeddings, NamesItsFamily, L.LightningModule):
                                       betas=tuple(self.hparams.betas))
         total = self.trainer.estimated_stepping_batches
         scheduler = warmup_cosine(optimizer, total, int(self.hparams.warmup_ratio * total), self.hparams.min_lr_ratio)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {"optimizer": optimizer, "lr_scheduler": scheduled(scheduler)}
 
     def window_budget(self) -> int:
         return self.model.config.max_len - 1  # positions after [CLS]

@@ -144,7 +144,6 @@ class QuestionAnsweringTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.Light
         loss, _, _ = self._loss(batch)
         size = len(batch["input_ids"])
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
     def _evaluate(self, batch: dict, stage: str) -> None:

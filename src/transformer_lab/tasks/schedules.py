@@ -85,7 +85,13 @@ def adamw_with_warmup(module: torch.nn.Module, lr: float, weight_decay: float, t
         scheduler = warmup_constant(optimizer, warmup_steps)
     else:
         raise ValueError(f"decay={decay!r}; expected 'linear', 'cosine', 'inverse_sqrt' or 'constant'")
-    return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+    return {"optimizer": optimizer, "lr_scheduler": scheduled(scheduler)}
+
+
+def scheduled(scheduler) -> dict:
+    """A schedule as configure_optimizers returns it: stepped every optimiser step, its rate logged
+    as `train/lr` (Lightning's LearningRateMonitor, conf/callbacks) in every family."""
+    return {"scheduler": scheduler, "interval": "step", "name": "train/lr"}
 
 
 def adamw_warmup_linear(module: torch.nn.Module, lr: float, weight_decay: float, warmup_ratio: float,

@@ -7,7 +7,7 @@ import time
 
 class TokenThroughput:
     """A LightningModule mixin: `log_throughput(n_tokens)` in training_step logs train/tokens_per_s
-    (over the epoch so far) and the learning rate."""
+    (over the epoch so far)."""
 
     _epoch_start: float = 0.0
     _epoch_tokens: int = 0
@@ -17,5 +17,5 @@ class TokenThroughput:
 
     def log_throughput(self, n_tokens: int) -> None:
         self._epoch_tokens += n_tokens
-        self.log_dict({"train/tokens_per_s": self._epoch_tokens / (time.perf_counter() - self._epoch_start),
-                       "train/lr": self.optimizers().param_groups[0]["lr"]}, on_step=True, on_epoch=False)
+        self.log("train/tokens_per_s", self._epoch_tokens / (time.perf_counter() - self._epoch_start),
+                 on_step=True, on_epoch=False)

@@ -52,7 +52,6 @@ class TokenClassificationTask(FrozenBody, TokenEmbeddings, NamesItsFamily, L.Lig
         loss = self._loss(self(batch).logits, batch["labels"])
         size = batch["input_ids"].shape[0]
         self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size, sync_dist=True)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False)
         return loss
 
     def _evaluate(self, batch: dict, stage: str) -> None:

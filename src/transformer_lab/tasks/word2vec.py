@@ -18,6 +18,7 @@ from transformer_lab.models.outputs import ModelOutput
 from transformer_lab.models.word2vec import Word2Vec, Word2VecConfig
 from transformer_lab.tasks.checkpoints import NamesItsFamily
 from transformer_lab.tasks.inference import inference
+from transformer_lab.tasks.schedules import scheduled
 
 
 class Word2VecTask(NamesItsFamily, L.LightningModule):
@@ -60,11 +61,12 @@ class Word2VecTask(NamesItsFamily, L.LightningModule):
         # The rows moved in place above, so SGD has no gradient to apply; its step is how
         # Lightning counts training steps (global_step, checkpoints, max_steps, resuming).
         self.optimizers().step()
+        self.lr_schedulers().step()  # the rate the next step starts at, for the LearningRateMonitor to log
 
         self._epoch_words += len(losses)  # one example per effective word (see training_windows)
         # Effective words (after min_count and subsampling) per second so far this epoch, as gensim counts them.
         elapsed = time.perf_counter() - self._epoch_start
-        self.log_dict({"train/words_per_s": self._epoch_words / elapsed, "train/lr": lr})
+        self.log("train/words_per_s", self._epoch_words / elapsed)
         self.log("train/loss", losses.mean(), on_step=True, on_epoch=True, prog_bar=True, batch_size=len(losses))
 
     def on_train_epoch_start(self) -> None:
@@ -74,7 +76,13 @@ class Word2VecTask(NamesItsFamily, L.LightningModule):
         self.log("val/loss", self(batch).loss.mean(), batch_size=len(batch["centres"]), sync_dist=True)
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.model.parameters(), lr=self.hparams.lr)
+        # The updates above take their rate from learning_rate() chunk by chunk; the optimiser's
+        # schedule follows it step by step only so that the rate is logged as in every family.
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=self.hparams.lr)
+        total_steps = max(1, self.trainer.estimated_stepping_batches)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: self.learning_rate(step / total_steps) / self.hparams.lr)
+        return {"optimizer": optimizer, "lr_scheduler": scheduled(schedule)}
 
     def vectors(self) -> tuple[list[str], np.ndarray]:
         """The whole vocabulary and its vectors, for export (word2vec text format)."""
