@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import csv
 import json
 import logging
 import os
+import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.utils.cli import user_error
 from transformer_lab.utils.io import atomic_write_json
@@ -112,8 +115,11 @@ class SweepRecord(Callback):
         run = client.create_run(experiment_id, run_name=f"sweep {sweep_dir.name}",
                                 tags={"sweep_dir": str(sweep_dir), "hydra_overrides": overrides or "(none)",
                                       "sweeper": config.hydra.sweeper._target_.rsplit(".", 1)[-1]})
-        atomic_write_json(sweep_dir / SWEEP_PARENT, {"run_id": run.info.run_id,
-                                                    "tracking_uri": config.paths.mlflow_tracking_uri})
+        metric = config.get("optimized_metric")
+        atomic_write_json(sweep_dir / SWEEP_PARENT, {
+            "run_id": run.info.run_id, "experiment_id": experiment_id, "tracking_uri": config.paths.mlflow_tracking_uri,
+            # what the sweep is scored by: the parent names its best trial by it
+            "metric": metric, "mode": OmegaConf.select(config, "callbacks.model_checkpoint.mode", default=None)})
 
     @staticmethod
     def _wait_for_parent(sweep_dir: Path, timeout_s: float = 120.0) -> None:
@@ -174,7 +180,78 @@ class SweepRecord(Callback):
             client.set_tag(run_id, "failed_jobs", failures_line(outcomes)[:5000])
         if ended_early:
             client.set_tag(run_id, "ended_early", "the sweep stopped before its last job (see the command's output)")
+        summarise_sweep(client, reference)
         client.set_terminated(run_id, "FAILED" if failed or ended_early else "FINISHED")
+
+
+def parsed_overrides(line: str) -> dict[str, str]:
+    """`a=1 b='x y'` (a run's hydra_overrides tag) as {"a": "1", "b": "x y"}."""
+    try:
+        words = shlex.split(line)
+    except ValueError:  # an unbalanced quote: as typed
+        words = line.split()
+    return {key.lstrip("+"): value for key, equals, value in (w.partition("=") for w in words) if equals}
+
+
+def trial_rows(runs, metric: str | None) -> tuple[list[dict], list[str]]:
+    """One row per trial (run, run_id, status, the swept settings, the metric), and the settings swept:
+    those whose values differ between trials."""
+    overrides = [parsed_overrides(run.data.tags.get("hydra_overrides", "")) for run in runs]
+    keys = list(dict.fromkeys(key for trial in overrides for key in trial))
+    swept = [key for key in keys if len({trial.get(key) for trial in overrides}) > 1]
+    rows = []
+    for run, trial in zip(runs, overrides):
+        row = {"run": run.info.run_name, "run_id": run.info.run_id, "status": run.info.status}
+        row.update({key: trial.get(key) for key in swept})
+        if metric:
+            row[metric] = run.data.metrics.get(metric)
+        rows.append(row)
+    return rows, swept
+
+
+def best_trial(rows: list[dict], metric: str | None, mode: str | None) -> dict | None:
+    scored = [row for row in rows if metric and row.get(metric) is not None and row["status"] == "FINISHED"]
+    if not scored or mode not in ("min", "max"):
+        return None
+    return (max if mode == "max" else min)(scored, key=lambda row: row[metric])
+
+
+def summarise_sweep(client, reference: dict) -> dict | None:
+    """The parent run says what the sweep found: its best trial (params `best_run_id` and
+    `best_overrides`, the swept settings that made it; metric `best/<metric>`), and every trial
+    as artifacts, `trials.csv` and `trials.png` (the metric against each swept setting). Returns
+    the best trial's row."""
+    from mlflow.exceptions import MlflowException
+
+    from transformer_lab.utils import plots
+
+    run_id, metric, mode = reference["run_id"], reference.get("metric"), reference.get("mode")
+    experiment = reference.get("experiment_id") or client.get_run(run_id).info.experiment_id
+    runs = client.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{run_id}'", max_results=10000,
+                              order_by=["attributes.start_time ASC"])
+    if not runs:
+        return None
+    rows, swept = trial_rows(runs, metric)
+    best = best_trial(rows, metric, mode)
+    with tempfile.TemporaryDirectory() as tmp:
+        table = Path(tmp, "trials.csv")
+        with table.open("w", newline="") as stream:
+            writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        client.log_artifact(run_id, str(table))
+        if metric:
+            client.log_artifact(run_id, str(plots.sweep_trials(rows, swept, metric, Path(tmp, "trials.png"), best)))
+    if best is not None:
+        client.log_metric(run_id, f"best/{metric}", best[metric])
+        chosen = {"best_run_id": best["run_id"],
+                  "best_overrides": " ".join(f"{key}={best[key]}" for key in swept) or "(one trial)"}
+        for key, value in chosen.items():
+            try:
+                client.log_param(run_id, key, value)
+            except MlflowException:  # parallel workers: an earlier worker's best, now beaten; params do not change
+                client.set_tag(run_id, key, value)
+    return best
 
 
 class DistributedJobReset(Callback):

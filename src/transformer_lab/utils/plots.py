@@ -190,3 +190,41 @@ def modality_attention(products: list[dict], out_png: str | Path, title: str) ->
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return _save(fig, out_png)
+
+
+def sweep_trials(rows: list[dict], swept: list[str], metric: str, out_png: str | Path, best: dict | None = None) -> Path:
+    """A sweep at a glance: the metric against each swept setting, one panel per setting, a point per
+    trial, the best trial ringed. Numbers on a numeric axis (logarithmic when they span over 20x,
+    as learning rates do); anything else as categories in the order first seen."""
+    panels = swept or ["trial"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 0.6, 3.2), squeeze=False, sharey=True)
+    for ax, setting in zip(axes[0], panels):
+        scored = [r for r in rows if r.get(metric) is not None]
+        values = [r.get(setting, str(i)) if setting != "trial" else str(i) for i, r in enumerate(scored)]
+        numbers = [_number(v) for v in values]
+        if all(n is not None for n in numbers):
+            xs = numbers
+            if min(numbers) > 0 and max(numbers) / min(numbers) > 20:
+                ax.set_xscale("log")
+        else:
+            categories = list(dict.fromkeys(values))
+            xs = [categories.index(v) for v in values]
+            ax.set_xticks(range(len(categories)), categories, rotation=30, ha="right", fontsize=8)
+        ax.scatter(xs, [r[metric] for r in scored], s=28, alpha=0.8)
+        if best is not None and best in scored:
+            i = scored.index(best)
+            ax.scatter([xs[i]], [best[metric]], s=160, facecolors="none", edgecolors="crimson", linewidths=1.6,
+                       label="best")
+            ax.legend(fontsize=8)
+        ax.set_xlabel(setting)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(metric)
+    fig.suptitle(f"{len(rows)} trials", fontsize=10)
+    return _save(fig, out_png)
+
+
+def _number(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
