@@ -11,7 +11,7 @@ EXTRAS := dev$(if $(GPU),$(comma)gpu)
 UV_VERSION ?= 0.13.9
 UV = $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test test-all deps ui server results-table clean
+.PHONY: install run test test-all deps ui server results results-table clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,9 @@ server: install         ## a team tracking server: mlflow server on PostgreSQL, 
 	$(BIN)/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('pgserver') is None)" \
 		|| $(UV) -e ".[$(EXTRAS),server]"
 	$(BIN)/python -m transformer_lab.tracking.team_server --dir .team-server --host 127.0.0.1 --port 5000
+
+results: install        ## the DVC metrics, a table per model family (REV=HEAD~1 or an experiment: changes as old→new)
+	$(BIN)/python -m transformer_lab.runtime.results $(if $(REV),--rev "$(REV)")
 
 results-table: install  ## docs/results.md from every benchmarks/results/*.json (one table per benchmark)
 	$(BIN)/python benchmarks/results_table.py
