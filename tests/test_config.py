@@ -2,9 +2,11 @@
 
 import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 import yaml
+from mlflow import MlflowClient
 from conftest import PYTHON, ROOT, run, sweep_runs
 from hydra.utils import instantiate
 
@@ -118,6 +120,16 @@ def test_multirun_gives_one_mlflow_run_per_job(tmp_path, prepared_atis):
     assert all(r.info.run_name.startswith(f"atis model.n_heads={r.data.params['model.n_heads']} model.n_layers=")
                for r in runs) and len({r.info.run_name for r in runs}) == 4
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
+    # the parent says what the sweep found: its best trial, and every trial as a table and a picture
+    [best] = [r for r in runs if r.info.run_id == parent.data.params["best_run_id"]]
+    assert best.data.metrics["val/slot_f1"] == max(r.data.metrics["val/slot_f1"] for r in runs)
+    assert parent.data.params["best_overrides"] == (f"model.n_heads={best.data.params['model.n_heads']} "
+                                                    f"model.n_layers={best.data.params['model.n_layers']}")
+    assert parent.data.metrics["best/val/slot_f1"] == best.data.metrics["val/slot_f1"]
+    client = MlflowClient(uri)
+    assert {a.path for a in client.list_artifacts(parent.info.run_id)} == {"trials.csv", "trials.png"}
+    table = client.download_artifacts(parent.info.run_id, "trials.csv", str(tmp_path))
+    assert len(Path(table).read_text().splitlines()) == 5
 
 
 @pytest.mark.slow
@@ -133,6 +145,7 @@ def test_optuna_search_is_one_parent_run_with_a_child_per_trial(tmp_path, prepar
     scores = [r.data.metrics["val/slot_f1"] for r in trials]
     best = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
     assert best["best_value"] == pytest.approx(max(scores), abs=1e-6)  # Optuna got what MLflow shows
+    assert parent.data.metrics["best/val/slot_f1"] == pytest.approx(best["best_value"], abs=1e-6)
 
 
 def test_slurm_launcher_config_validates_without_a_cluster(tmp_path):

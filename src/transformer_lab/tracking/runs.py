@@ -315,9 +315,10 @@ def flatten(config: dict, prefix: str = "") -> dict[str, object]:
 # What sets runs apart: the run's settings, by the top-level keys of the config. The rest (callbacks,
 # logger, paths, tracking) is plumbing, kept whole in the run's config.yaml.
 COMPARED_KEYS = ("seed", "optimized_metric", "test", "trainer", "compile", "data", "model", "task", "baseline")
-# trainer settings that change what a run logs or shows, not what it trains
+# settings that change what a run logs or shows, or how fast it reads, not what it trains
 NOT_COMPARED = frozenset({"trainer.default_root_dir", "trainer.enable_model_summary", "trainer.enable_progress_bar",
-                          "trainer.log_every_n_steps"})
+                          "trainer.log_every_n_steps", "data.datamodule.num_workers"})
+NOT_COMPARED_GROUPS = ("data.prepare.",)  # how the data stage prepares it: the prepared data is the dataset input
 CLASS_PATH = re.compile(r"^([A-Za-z_]\w*\.)+[A-Z]\w*$")  # transformer_lab.models.bert.BertClassifierConfig
 
 
@@ -346,7 +347,7 @@ def comparable_params(resolved: dict, choices: dict[str, str], root_dir: str | P
     flat = flatten({key: resolved[key] for key in COMPARED_KEYS if key in resolved})
     for key, value in flat.items():
         name = key.rsplit(".", 1)[-1]
-        if name.startswith("_") or key in NOT_COMPARED:
+        if name.startswith("_") or key in NOT_COMPARED or key.startswith(NOT_COMPARED_GROUPS):
             continue
         if key.startswith("data.") and not key.startswith("data.datamodule.") and \
                 flat.get("data.datamodule." + key.removeprefix("data."), object()) == value:
