@@ -165,6 +165,12 @@ def test_sweep_summary_names_the_best_trial(tmp_path):
     rows, _ = trial_rows(client.search_runs([experiment], f"tags.`mlflow.parentRunId` = '{parent}'"), "val/slot_f1")
     assert best_trial(rows, "val/slot_f1", "min")["task.lr"] == "1e-4" and best_trial(rows, "val/slot_f1", None) is None
     assert parsed_overrides("a=1 +b='x y' broken") == {"a": "1", "b": "x y"}
+    # trials that all failed: the table, no picture, no best
+    lone = client.create_run(experiment, run_name="sweep y").info.run_id
+    client.set_terminated(client.create_run(experiment, tags={"mlflow.parentRunId": lone,
+                                                              "hydra_overrides": "task.lr=1"}).info.run_id, "FAILED")
+    assert summarise_sweep(client, {**reference, "run_id": lone}) is None
+    assert [a.path for a in client.list_artifacts(lone)] == ["trials.csv"]
 
 
 @pytest.fixture(scope="module")

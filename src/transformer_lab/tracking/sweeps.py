@@ -180,7 +180,10 @@ class SweepRecord(Callback):
             client.set_tag(run_id, "failed_jobs", failures_line(outcomes)[:5000])
         if ended_early:
             client.set_tag(run_id, "ended_early", "the sweep stopped before its last job (see the command's output)")
-        summarise_sweep(client, reference)
+        try:
+            summarise_sweep(client, reference)
+        except Exception:  # the summary is a view of the trials; it must not leave the parent RUNNING
+            log.warning("the sweep's summary was not recorded in its parent run %s", run_id, exc_info=True)
         client.set_terminated(run_id, "FAILED" if failed or ended_early else "FINISHED")
 
 
@@ -240,7 +243,7 @@ def summarise_sweep(client, reference: dict) -> dict | None:
             writer.writeheader()
             writer.writerows(rows)
         client.log_artifact(run_id, str(table))
-        if metric:
+        if any(row.get(metric) is not None for row in rows):
             client.log_artifact(run_id, str(plots.sweep_trials(rows, swept, metric, Path(tmp, "trials.png"), best)))
     if best is not None:
         client.log_metric(run_id, f"best/{metric}", best[metric])
