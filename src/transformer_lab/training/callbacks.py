@@ -5,7 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import random
+import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.utilities import rank_zero_info
 
 from transformer_lab.utils.io import atomic_write_text
 
@@ -103,6 +107,90 @@ class RandomState(L.Callback):
         torch.set_rng_state(state_dict["torch"])
         if state_dict["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
+
+
+def submitit_job_id() -> str | None:
+    """The id of the submitit job (a SLURM job, or one of submitit's local executor) this process runs
+    in, which a requeued job keeps; None outside one."""
+    if not os.environ.get("SUBMITIT_EXECUTOR"):
+        return None
+    import submitit
+
+    return submitit.JobEnvironment().job_id
+
+
+def requeue_checkpoint(checkpoint_dir: str | Path) -> Path | None:
+    """Where this submitit job saves its training state when it is requeued (None outside a job).
+    Named by the job's id: only a later attempt of the same job resumes from it."""
+    job_id = submitit_job_id()
+    return Path(checkpoint_dir, f"requeue_{job_id}.ckpt") if job_id else None
+
+
+class CheckpointOnRequeue(L.Callback):
+    """A job of hydra/launcher=slurm (or local) that is sent its time-limit signal saves its training
+    state at `path` before submitit requeues it; the job's next attempt resumes from it (train.py).
+
+    submitit's handler of that signal (USR2, `signal_delay_s` before the limit) requeues the job and
+    exits at once, wherever the training is: in the middle of an optimiser step. During training this
+    callback holds the signal back: its handler only notes it; at the end of the batch in flight (where
+    ModelCheckpoint's every_n_train_steps saves too, a point Lightning resumes from) every process saves
+    the checkpoint, then submitit's handler runs as it would have. Before training starts and after it
+    ends (the final scoring) submitit's handler acts alone."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = Path(path) if path else None
+        self.signum: int | None = None
+        self.holding = False
+        self.submitit_handler = None  # what the signal goes back to
+        self.signalled = False
+        self.requeued = False  # the checkpoint is saved and submitit's handler ran
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.path is None:  # not a submitit job
+            return
+        import submitit
+
+        # every process holds it (also one Lightning started, where submitit installed no handler):
+        # each of them takes part in the decision at every batch's end
+        self.signum = getattr(signal, "SIG" + submitit.JobEnvironment.USR_SIG)
+        self.submitit_handler = signal.signal(self.signum, self._note)
+        self.holding = True
+
+    def _note(self, signum: int, frame) -> None:
+        self.signalled = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        self._requeue_if_signalled(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._requeue_if_signalled(trainer)  # signalled during the last validation: no batch follows
+        self._release()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._release()
+
+    def _release(self):
+        if self.holding:
+            signal.signal(self.signum, self.submitit_handler)
+            self.holding = False
+        return self.submitit_handler
+
+    def _requeue_if_signalled(self, trainer: L.Trainer) -> None:
+        # one decision for all processes, whichever of them the signal reached first
+        if not self.holding or not trainer.strategy.reduce_boolean_decision(self.signalled, all=False):
+            return
+        rank_zero_info(f"{signal.Signals(self.signum).name}: the job's time is nearly up; its state at step "
+                       f"{trainer.global_step} goes to {self.path}, then submitit requeues it")
+        partial = self.path.with_name(self.path.name + ".partial")
+        trainer.save_checkpoint(partial, weights_only=False)  # the whole state: optimiser, loops, callbacks
+        if trainer.is_global_zero:  # a save cut short by the kill never replaces a whole checkpoint
+            if self.path.is_dir():  # a sharded checkpoint (FSDP, DeepSpeed) is a folder
+                shutil.rmtree(self.path)
+            os.replace(partial, self.path)
+        self.requeued = True
+        handler = self._release()
+        if callable(handler):  # submitit's: the resubmission pickled, the job requeued, exit
+            handler(self.signum, None)
 
 
 def matmul_parameters(model: torch.nn.Module) -> int:

@@ -10,6 +10,7 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
+from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
@@ -20,7 +21,7 @@ from transformer_lab.tasks.checkpoints import read_checkpoint
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tracking import runs as tracking
 from transformer_lab.training import logged_model
-from transformer_lab.training.callbacks import RandomState
+from transformer_lab.training.callbacks import CheckpointOnRequeue, RandomState, requeue_checkpoint
 from transformer_lab.utils import plots
 from transformer_lab.utils.cli import JOB_DIR_ENV
 from transformer_lab.utils.instantiate import instantiate_collection
@@ -37,6 +38,16 @@ def resolve_checkpoint(ckpt_path: str | None, checkpoint_dir: str) -> str | None
     return str(path)
 
 
+def resume_from(ckpt_path: str | None, checkpoint_dir: str) -> str | None:
+    """The checkpoint training starts from: the one an earlier attempt of this SLURM (submitit) job
+    saved when it was requeued, else `ckpt_path` (resolve_checkpoint), else none. The requeue checkpoint
+    comes first because it continues the attempt that started from `ckpt_path`; outside a requeued job
+    there is none and `ckpt_path` alone decides."""
+    explicit = resolve_checkpoint(ckpt_path, checkpoint_dir)
+    requeued = requeue_checkpoint(checkpoint_dir)
+    return str(requeued) if requeued and requeued.exists() else explicit
+
+
 def check_resumable(ckpt_path: str, model_config: dict) -> None:
     """A checkpoint resumes only the architecture it was trained with: one line naming the first difference."""
     saved = read_checkpoint(ckpt_path)["hyper_parameters"].get("model_config") or {}
@@ -46,6 +57,14 @@ def check_resumable(ckpt_path: str, model_config: dict) -> None:
         raise TransformerLabError(f"ckpt_path={ckpt_path}: the checkpoint's model has {key}={saved[key]!r}, this "
                                   f"config {key}={model_config[key]!r}; resume without changing the architecture "
                                   "(hydra.run.dir=RUN_DIR ckpt_path=last reads the run's own settings)")
+
+
+def reopen_mlflow_run(loggers: list) -> None:
+    """A resumed run's MLflow run is RUNNING again until it ends (an interrupted attempt left it
+    FINISHED, FAILED or KILLED)."""
+    for logger in loggers:
+        if isinstance(logger, MLFlowLogger):
+            logger.experiment.update_run(logger.run_id, status="RUNNING")
 
 
 def build_model_config(model: DictConfig, sizes: dict):
@@ -94,7 +113,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     output_dir = Path(cfg.paths.output_dir)
     os.environ[JOB_DIR_ENV] = str(output_dir)  # for the extra DDP processes of a multirun job (rejoin_ddp_job)
-    ckpt_path = resolve_checkpoint(cfg.get("ckpt_path"), cfg.paths.checkpoint_dir)
+    ckpt_path = resume_from(cfg.get("ckpt_path"), cfg.paths.checkpoint_dir)
 
     # Published weights bring their tokenizer (the data is encoded with it) and their encoder's sizes.
     start = published.start_for(cfg.task.get("pretrained"), cfg.model.get("_target_"))
@@ -121,16 +140,24 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     previous_run = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE) if ckpt_path else None
     loggers = tracking.build_loggers(cfg, previous_run and previous_run["run_id"])
+    if previous_run:
+        reopen_mlflow_run(loggers)
     record = tracking.RunRecord(cfg)
     # RandomState is not optional: without it a resumed run is not the run it continues.
-    callbacks = [*instantiate_collection(cfg.get("callbacks")), RandomState(), record]
+    requeue = CheckpointOnRequeue(requeue_checkpoint(cfg.paths.checkpoint_dir))  # does nothing outside SLURM/submitit
+    callbacks = [*instantiate_collection(cfg.get("callbacks")), RandomState(), requeue, record]
     trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False)
     if rank_zero_only.rank == 0:  # before fit the trainer does not know its rank; Lightning reads the launcher's
         n_params = sum(p.numel() for p in task.model.parameters())
         print(f"{cfg.task_name}: {type(task.model).__name__}, {n_params / 1e6:.2f} M parameters, "
               f"{'resuming ' + ckpt_path if ckpt_path else 'from the start'}")
 
-    trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    try:
+        trainer.fit(task, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except SystemExit:
+        if requeue.requeued and record.logger:  # Lightning marked it FAILED; the next attempt reopens it
+            record.logger.experiment.set_terminated(record.logger.run_id, "KILLED")
+        raise
 
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     scoring = {"datamodule": datamodule, "ckpt_path": best or None, "verbose": False, "weights_only": True}
