@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -267,6 +268,17 @@ def slurm(tmp_path):
                 daemon.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 daemon.kill()
+        # a batch step's slurmstepd outlives slurmd (it keeps retrying to report the step's end): this
+        # cluster's ones, known by the SLURM_CONF in their environment (read raw: its title overwrites the start)
+        import psutil
+
+        ours = f"SLURM_CONF={conf}\0".encode()
+        for process in psutil.process_iter(["name"]):
+            try:
+                if process.info["name"] == "slurmstepd" and ours in Path(f"/proc/{process.pid}/environ").read_bytes():
+                    process.kill()
+            except (OSError, psutil.Error):
+                pass
 
 
 @pytest.mark.slow
