@@ -8,6 +8,7 @@ screenshots the README shows to docs/images/; otherwise they go to tmp_path."""
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -21,9 +22,8 @@ from pathlib import Path
 import pytest
 from conftest import PYTHON, ROOT, free_port, run, sweep_runs
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("chromium") is None,
-                                 reason="no chromium on PATH (apt-get install chromium): the MLflow UI is not looked at")]
+NO_CHROMIUM = "no chromium on PATH (apt-get install chromium): the UI is not looked at"
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("chromium") is None, reason=NO_CHROMIUM)]
 
 SWEPT, METRIC = "model.n_heads", "val/slot_f1"  # ATIS's optimized_metric
 TRAINING = "workflowType=machine_learning"  # the UI's "Model training" side, not its GenAI one
@@ -41,7 +41,8 @@ TEXTS = """(everywhere => {
     const r = range.getBoundingClientRect();
     if (r.width < 2 || r.height < 2) continue;
     const hit = document.elementFromPoint(r.left + Math.min(r.width / 2, 4), r.top + r.height / 2);
-    if (everywhere ? r.left >= 0 && r.right <= innerWidth : hit && (hit.contains(node) || node.parentElement.contains(hit)))
+    const seen = hit && (hit.contains(node) || node.parentElement.contains(hit));
+    if (everywhere ? r.left >= 0 && r.right <= innerWidth : seen)
       out.push({text, x: r.left, y: r.top + r.height / 2, h: r.height});
   }
   return out;
@@ -125,7 +126,8 @@ class Tab:
         """Clicks the `css` element nearest to the left of `label` on its line (a row's expander)."""
         [a] = [t for t in await self.texts() if t["text"] == label]
         done = await self.js(f"""(() => {{
-            const near = Array.from(document.querySelectorAll({json.dumps(css)})).map(e => [e, e.getBoundingClientRect()])
+            const near = Array.from(document.querySelectorAll({json.dumps(css)}))
+                .map(e => [e, e.getBoundingClientRect()])
                 .filter(([e, r]) => r.width > 0 && Math.abs(r.top + r.height / 2 - {a['y']}) < {a['h']}
                                     && r.right <= {a['x']} + 1)
                 .sort((p, q) => q[1].right - p[1].right);
@@ -171,45 +173,49 @@ class Tab:
         path.write_bytes(base64.b64decode(shot["data"]))
 
 
-async def in_chromium(profile: Path, look):
-    """Runs `look(tab)` in a fresh headless chromium; its answer."""
-    import aiohttp
-
+@contextlib.contextmanager
+def headless_chromium(profile: Path):
+    """A headless chromium on a fresh profile; the DevTools websocket of its one tab."""
     browser = subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                 "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while not (profile / "DevToolsActivePort").is_file() or len((profile / "DevToolsActivePort").read_text().split()) < 2:
+        deadline, listening = time.monotonic() + 60, profile / "DevToolsActivePort"  # its port, once it listens
+        while not listening.is_file() or len(listening.read_text().split()) < 2:
             assert browser.poll() is None and time.monotonic() < deadline, "chromium did not start"
-            await asyncio.sleep(0.2)
-        port = (profile / "DevToolsActivePort").read_text().split()[0]
+            time.sleep(0.2)
+        port = listening.read_text().split()[0]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as response:
             [page] = [t for t in json.load(response) if t["type"] == "page"]
-        async with aiohttp.ClientSession() as session, \
-                session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            return await look(Tab(ws))
+        yield page["webSocketDebuggerUrl"]
     finally:
         browser.terminate()
         browser.wait(timeout=30)
+
+
+async def in_tab(websocket: str, look):
+    """`look(tab)` on the tab behind that DevTools websocket; its answer."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session, session.ws_connect(websocket, max_msg_size=0) as ws:
+        return await look(Tab(ws))
 
 
 @pytest.fixture
 def mlflow_ui(tmp_path):
     """`mlflow ui` (what `make ui` runs, with one worker, not four) on a store of its own; the URL and the store."""
     port, store = free_port(), f"sqlite:///{tmp_path}/mlflow.db"
-    log = open(tmp_path / "ui.log", "w")
-    ui = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "ui", "--backend-store-uri", store,
-                           "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                          cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_up(url, tmp_path / "ui.log")  # and the store's tables made, before anything writes to it
-        yield url, store
-    finally:
-        ui.terminate()
-        ui.wait(timeout=30)
-        log.close()
+    with open(tmp_path / "ui.log", "w") as log:
+        ui = subprocess.Popen([str(Path(sys.executable).parent / "mlflow"), "ui", "--backend-store-uri", store,
+                               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                              cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until_up(url, tmp_path / "ui.log")  # and the store's tables made, before anything writes to it
+            yield url, store
+        finally:
+            ui.terminate()
+            ui.wait(timeout=30)
 
 
 def wait_until_up(url: str, log: Path) -> None:
@@ -294,7 +300,8 @@ def test_the_run_table_and_the_compare_view_show_a_sweep_at_a_glance(mlflow_ui, 
     assert {r.data.params[SWEPT] for r in jobs} == {"2", "4"}
     shots = ROOT / "docs" / "images" if os.environ.get("UPDATE_SCREENSHOTS") else tmp_path
 
-    seen = asyncio.run(in_chromium(tmp_path / "chromium", lambda tab: look(tab, url, parent, jobs, shots)))
+    with headless_chromium(tmp_path / "chromium") as websocket:
+        seen = asyncio.run(in_tab(websocket, lambda tab: look(tab, url, parent, jobs, shots)))
 
     # the run table: each job by its name (the task and its overrides), its main metric and its
     # swept setting in the columns added
