@@ -49,6 +49,8 @@ deps: install           ## rewrite dvc.yaml's source/config deps to what each st
 	$(BIN)/python -m transformer_lab.runtime.stage_deps
 
 ui: install             ## the MLflow UI over the project's local store, on 127.0.0.1:5000
+	@echo "MLflow UI: http://127.0.0.1:5000/#/experiments?workflowType=machine_learning"
+	@echo "  (MLflow 3.17 opens experiments on GenAI pages until 'Model training' is clicked once in its sidebar; the browser remembers)"
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
 
 server: install         ## a team tracking server: mlflow server on PostgreSQL, artifacts proxied, on 127.0.0.1:5000

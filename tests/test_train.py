@@ -254,7 +254,7 @@ def test_run_link_names_the_store_the_run_went_to(tmp_path):
     from transformer_lab.tracking.runs import run_link
 
     project_store = tmp_path / "mlflow.db"
-    page = "#/experiments/3/runs/abc"
+    page = "#/experiments/3/runs/abc?workflowType=machine_learning"  # MLflow 3.17's UI in its Model training mode
     assert run_link("http://10.0.0.5:5001/", "3", "abc", project_store) == f"http://10.0.0.5:5001/{page}"
     assert run_link(f"sqlite:///{project_store}", "3", "abc", project_store) == (
         f"http://127.0.0.1:5000/{page} after `make ui` (store sqlite:///{project_store})")

@@ -31,9 +31,12 @@ from transformer_lab.utils.io import atomic_write_json
 from transformer_lab.utils.resolvers import default_artifact_location
 
 RUN_REFERENCE = "mlflow_run.json"
-# MLflow's experiment kind: a model-training experiment opens on its run table, where an
-# experiment of no kind opens on the GenAI overview (traces, token usage).
+# MLflow's experiment kind: a model-training experiment, whose page is its run table rather than
+# the GenAI overview (traces, token usage). MLflow 3.17's UI decides that by its own switch
+# (GenAI | Model training, kept in the browser, GenAI at first) and not by the kind; the pages
+# this project links to name the switch's setting (MODEL_TRAINING_PAGES).
 EXPERIMENT_KIND, MODEL_TRAINING = "mlflow.experimentKind", "custom_model_development"
+MODEL_TRAINING_PAGES = "workflowType=machine_learning"
 
 
 def experiment_id(client, name: str, tracking_dir: str) -> str:
@@ -171,7 +174,7 @@ def run_link(tracking_uri: str, experiment_id: str, run_id: str, project_store: 
     """Where a person finds the run: its page on the server it went to; in the project's own store
     (project_store, the SQLite file `make ui` serves), that page after `make ui`; in another store,
     the store and the command that shows it."""
-    page = f"#/experiments/{experiment_id}/runs/{run_id}"
+    page = f"#/experiments/{experiment_id}/runs/{run_id}?{MODEL_TRAINING_PAGES}"
     shown = without_password(tracking_uri)
     if tracking_uri.startswith(("http://", "https://")):
         return f"{shown.rstrip('/')}/{page}"
