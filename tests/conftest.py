@@ -3,6 +3,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,22 @@ TINY_BUILTIN = ["data.builtin.n_train=300", "data.builtin.n_dev=60", "data.built
 def run(args: list[str], cwd: Path = ROOT, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
     merged = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run([str(a) for a in args], cwd=cwd, env=merged, capture_output=True, text=True, timeout=timeout)
+
+
+def wait_until_up(url: str, log: Path, process: subprocess.Popen | None = None, timeout_s: float = 120) -> None:
+    """Until an MLflow server or UI at url answers /health (and so has made its store's tables);
+    its log's end in the failure when it does not, or when its process ends first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if (process is not None and process.poll() is not None) or time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not start:\n{Path(log).read_text()[-3000:]}")
+        time.sleep(0.5)
 
 
 def free_port() -> int:

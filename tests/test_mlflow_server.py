@@ -3,12 +3,10 @@
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, free_port, run
+from conftest import PYTHON, ROOT, free_port, run, wait_until_up
 from mlflow import MlflowClient
 
 pytestmark = pytest.mark.slow
@@ -25,17 +23,7 @@ def mlflow_server(tmp_path):
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"mlflow server did not start:\n{(tmp_path / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.5)
+        wait_until_up(url, tmp_path / "server.log", server)
         yield {"url": url, "store": tmp_path / "store"}
     finally:
         server.terminate()

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT, free_port, run, sweep_runs
+from conftest import PYTHON, ROOT, free_port, run, sweep_runs, wait_until_up
 
 NO_CHROMIUM = "no chromium on PATH (apt-get install chromium): the UI is not looked at"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("chromium") is None, reason=NO_CHROMIUM)]
@@ -216,19 +216,6 @@ def mlflow_ui(tmp_path):
         finally:
             ui.terminate()
             ui.wait(timeout=30)
-
-
-def wait_until_up(url: str, log: Path) -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"mlflow ui did not start:\n{log.read_text()[-3000:]}"
-        time.sleep(0.5)
 
 
 def shown(value: float) -> float:
