@@ -41,7 +41,8 @@ def test_training_logs_to_a_tracking_server(mlflow_server, prepared_atis, tmp_pa
     [mlflow_run] = client.search_runs([client.get_experiment_by_name("atis").experiment_id])
     assert mlflow_run.info.run_id == json.loads((out / "mlflow_run.json").read_text())["run_id"]
     # the summary links to the run's page on that server
-    page = f"{mlflow_server['url']}/#/experiments/{mlflow_run.info.experiment_id}/runs/{mlflow_run.info.run_id}"
+    page = (f"{mlflow_server['url']}/#/experiments/{mlflow_run.info.experiment_id}/runs/{mlflow_run.info.run_id}"
+            "?workflowType=machine_learning")  # MLflow 3.17's Model training pages
     assert f"  MLflow   {page}" in result.stdout.splitlines()
     assert mlflow_run.data.params["model.d_model"] == "128"
     assert mlflow_run.data.params["trainer.max_epochs"] == "1"
