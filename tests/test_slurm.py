@@ -183,7 +183,8 @@ def assert_resumed_into_one_run(sweep, uri: str) -> str:
     checkpoint = sweep / "0" / "checkpoints" / f"requeue_{job_id}.ckpt"
     [saved_at] = [int(step) for step in re.findall(r"its state at step (\d+) goes to", text)]
     assert 4 <= saved_at < total  # after the first epoch, before the end
-    assert f"Requeued job {job_id}" in text and f"resuming {checkpoint}" in text and checkpoint.is_file()
+    assert f"Requeued job {job_id}" in text and f"resuming {checkpoint}" in text
+    assert not checkpoint.exists()  # removed once the job ended: no later attempt resumes from it
 
     metrics = json.loads((sweep / "0" / "metrics.json").read_text())
     assert metrics["steps"] == total and metrics["epochs"] == REQUEUE_EPOCHS

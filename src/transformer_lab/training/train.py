@@ -178,5 +178,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if record.logger and best and cfg.tracking.log_trained_model:
             logged_model.log_pipeline_model(record.logger, best, register_as(cfg, family, data_fingerprint)
                                             if data_fingerprint else None)
+        if requeue.path is not None:  # the job is done: no later attempt will resume from its requeue state
+            requeue.path.unlink(missing_ok=True)
         print_summary(cfg, metrics, output_dir, time.perf_counter() - started, record.link)
     return metrics
