@@ -11,13 +11,12 @@ from omegaconf import DictConfig
 from seqeval.metrics import classification_report, f1_score
 
 from transformer_lab.data.atis import read_prepared_split
-from transformer_lab.evaluation import write_csv
 from transformer_lab.tasks.checkpoints import load_task
 from transformer_lab.tasks.joint_intent_slot import JointIntentSlotTask
 from transformer_lab.tracking import runs as tracking
 from transformer_lab.tracking.evaluations import log_into_training_run
 from transformer_lab.utils import plots
-from transformer_lab.utils.io import atomic_write_json
+from transformer_lab.utils.io import atomic_write_json, write_csv
 
 
 def score_predictions(gold: list[dict], predicted: list[dict]) -> dict:

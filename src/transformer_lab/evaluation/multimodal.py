@@ -11,13 +11,12 @@ from omegaconf import DictConfig
 from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
 from transformer_lab.data.multimodal import LABEL, TEXT, MultimodalDataModule
-from transformer_lab.evaluation import write_csv
 from transformer_lab.tasks.checkpoints import load_task
 from transformer_lab.tasks.multimodal import MultimodalClassificationTask
 from transformer_lab.tracking import runs as tracking
 from transformer_lab.tracking.evaluations import log_comparison
 from transformer_lab.utils import plots
-from transformer_lab.utils.io import atomic_write_json
+from transformer_lab.utils.io import atomic_write_json, write_csv
 
 
 def score(task: MultimodalClassificationTask, rows, images) -> tuple[dict[str, float], torch.Tensor]:

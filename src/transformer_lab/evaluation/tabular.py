@@ -10,14 +10,13 @@ import torch
 from omegaconf import DictConfig
 
 from transformer_lab.data.tabular import fold_rows, read_prepared
-from transformer_lab.evaluation import write_csv
 from transformer_lab.tasks.checkpoints import load_task
 from transformer_lab.tasks.tabular_classification import TabularClassificationTask, score_probabilities
 from transformer_lab.tracking import runs as tracking
 from transformer_lab.tracking.evaluations import log_comparison
 from transformer_lab.training import baselines
 from transformer_lab.utils import plots
-from transformer_lab.utils.io import atomic_write_json
+from transformer_lab.utils.io import atomic_write_json, write_csv
 
 
 def evaluate(cfg: DictConfig) -> dict:

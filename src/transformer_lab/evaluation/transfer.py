@@ -10,11 +10,10 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.evaluation import write_csv
 from transformer_lab.tracking import runs as tracking
 from transformer_lab.tracking.evaluations import log_comparison
 from transformer_lab.utils import plots
-from transformer_lab.utils.io import atomic_write_json
+from transformer_lab.utils.io import atomic_write_json, write_csv
 
 
 def compare(cfg: DictConfig) -> dict[str, dict[str, float]]:

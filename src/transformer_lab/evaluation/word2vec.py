@@ -9,13 +9,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from transformer_lab.data import word_vectors
-from transformer_lab.evaluation import write_csv
 from transformer_lab.tasks.checkpoints import load_task
 from transformer_lab.tasks.word2vec import Word2VecTask
 from transformer_lab.tracking import runs as tracking
 from transformer_lab.tracking.evaluations import log_into_training_run
 from transformer_lab.utils import plots
-from transformer_lab.utils.io import atomic_write_json, atomic_write_text
+from transformer_lab.utils.io import atomic_write_json, atomic_write_text, write_csv
 
 
 def evaluate(cfg: DictConfig) -> dict:

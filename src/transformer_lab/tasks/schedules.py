@@ -88,10 +88,13 @@ def adamw_with_warmup(module: torch.nn.Module, lr: float, weight_decay: float, t
     return {"optimizer": optimizer, "lr_scheduler": scheduled(scheduler)}
 
 
+LEARNING_RATE = "train/lr"  # the metric of every family's rate (Lightning's LearningRateMonitor, conf/callbacks)
+
+
 def scheduled(scheduler) -> dict:
     """A schedule as configure_optimizers returns it: stepped every optimiser step, its rate logged
-    as `train/lr` (Lightning's LearningRateMonitor, conf/callbacks) in every family."""
-    return {"scheduler": scheduler, "interval": "step", "name": "train/lr"}
+    as LEARNING_RATE in every family."""
+    return {"scheduler": scheduler, "interval": "step", "name": LEARNING_RATE}
 
 
 def adamw_warmup_linear(module: torch.nn.Module, lr: float, weight_decay: float, warmup_ratio: float,

@@ -213,6 +213,11 @@ def _leaves(value, key: str = ""):
         yield key, value
 
 
+def names_a_file(value) -> bool:
+    """A setting that names a file or folder the run reads (a path, and one that exists)."""
+    return isinstance(value, str) and os.sep in value and Path(value).exists()
+
+
 def data_record(settings: dict, split_sizes: dict[str, int | str]) -> dict[str, str]:
     """Tags saying which data a run was trained and scored on: `data_fingerprint`, a hash of the
     datamodule's settings (but NOT_DATA_SETTINGS) and of the examples per split, in which a file or
@@ -224,7 +229,7 @@ def data_record(settings: dict, split_sizes: dict[str, int | str]) -> dict[str, 
     for key, value in _leaves(settings):
         if key.rsplit(".", 1)[-1] in NOT_DATA_SETTINGS:
             continue
-        if isinstance(value, str) and os.sep in value and Path(value).exists():
+        if names_a_file(value):
             digest = content_hash(Path(value))
             files.append(f"{key}={value} (sha256 {digest[:12]})")
             value = digest
@@ -251,8 +256,8 @@ def data_inputs(settings: dict, split_sizes: dict[str, int | str], data_name: st
 
     writers = {path: stage for stage, path in declared_outputs(Path(root_dir))}
     profile = json.dumps({"examples": split_sizes})
-    files = [(key, value) for key, value in _leaves(settings) if key.rsplit(".", 1)[-1] not in NOT_DATA_INPUTS
-             and isinstance(value, str) and os.sep in value and Path(value).exists()]
+    files = [(key, value) for key, value in _leaves(settings)
+             if key.rsplit(".", 1)[-1] not in NOT_DATA_INPUTS and names_a_file(value)]
     datasets = []
     for key, value in files:
         shown = shown_value(value, root_dir) or Path(value).name

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import csv
 import json
 import logging
 import os
@@ -20,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.utils.cli import user_error
-from transformer_lab.utils.io import atomic_write_json
+from transformer_lab.utils.io import atomic_write_json, write_csv
 
 SWEEP_PARENT = "mlflow_sweep_parent.json"
 SWEEP_PARENT_CLAIM = "mlflow_sweep_parent.claim"
@@ -238,10 +237,7 @@ def summarise_sweep(client, reference: dict) -> dict | None:
     best = best_trial(rows, metric, mode)
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp, "trials.csv")
-        with table.open("w", newline="") as stream:
-            writer = csv.DictWriter(stream, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(table, rows)
         client.log_artifact(run_id, str(table))
         if any(row.get(metric) is not None for row in rows):
             client.log_artifact(run_id, str(plots.sweep_trials(rows, swept, metric, Path(tmp, "trials.png"), best)))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from lightning.pytorch.callbacks import LearningRateMonitor as LightningLearningRateMonitor
 
-LEARNING_RATE = "train/lr"  # the schedule's name (tasks/schedules.py): the metric in every family
-
 
 class LearningRateMonitor(LightningLearningRateMonitor):
     """Lightning's monitor, with one curve per schedule and none without a logger. The optimisers

@@ -10,7 +10,6 @@ import lightning as L
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
@@ -62,9 +61,9 @@ def check_resumable(ckpt_path: str, model_config: dict) -> None:
 def reopen_mlflow_run(loggers: list) -> None:
     """A resumed run's MLflow run is RUNNING again until it ends (an interrupted attempt left it
     FINISHED, FAILED or KILLED)."""
-    for logger in loggers:
-        if isinstance(logger, MLFlowLogger):
-            logger.experiment.update_run(logger.run_id, status="RUNNING")
+    logger = tracking.find_mlflow_logger(loggers)
+    if logger is not None:
+        logger.experiment.update_run(logger.run_id, status="RUNNING")
 
 
 def build_model_config(model: DictConfig, sizes: dict):

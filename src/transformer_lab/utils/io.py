@@ -6,6 +6,8 @@ What they write gets the modes the user's umask gives any new file or folder (06
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import os
 import shutil
@@ -59,6 +61,15 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_csv(path: str | os.PathLike, rows: list[dict]) -> None:
+    """Rows as a CSV file (header: the first row's keys), written atomically."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buffer.getvalue())
 
 
 def atomic_write_json(path: str | os.PathLike, obj) -> None:
