@@ -11,7 +11,7 @@ EXTRAS := dev$(if $(GPU),$(comma)gpu)
 UV_VERSION ?= 0.13.9
 UV = $(BIN)/uv pip install --python $(BIN)/python
 
-.PHONY: install run test test-all deps ui server results results-table clean
+.PHONY: install run test test-all deps ui server results results-table report clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,9 @@ results: install        ## the DVC metrics, a table per model family (REV=HEAD~1
 
 results-table: install  ## docs/results.md from every benchmarks/results/*.json (one table per benchmark)
 	$(BIN)/python benchmarks/results_table.py
+
+report: install         ## reports/index.html and README.md: each family's headline beside its anchor, the studies, MLflow links
+	$(BIN)/python -m transformer_lab.runtime.report
 
 clean:
 	rm -rf outputs artifacts data/prepared mlflow.db mlruns
