@@ -262,7 +262,7 @@ def read_figure(root: Path, figure: Figure, table) -> Shown | str:
     results = root / "benchmarks" / "results"
     paths = sorted(results.glob(figure.file))
     if not paths:
-        return f"{figure.label}: benchmarks/results/{figure.file} not written yet"
+        return f"benchmarks/results/{figure.file} not written yet"
     values, spreads, machines = [], [], []
     for path in paths:
         try:
@@ -406,6 +406,8 @@ def sections(root: Path, tracking: Tracking) -> list[Section]:
             shown = read_figure(root, spec, table) if isinstance(spec, Figure) \
                 else read_quote(root, spec)
             (into.append if isinstance(shown, Shown) else section.notes.append)(shown)
+        headline_file = f"benchmarks/results/{headline.figures[0].file} not written yet"  # the box says so
+        section.notes = [n for n in dict.fromkeys(section.notes) if section.figures or n != headline_file]
     return found
 
 
@@ -614,10 +616,17 @@ def render_html(found: list[Section], studies: list[Study], tracking: Tracking, 
         h.append(f'<p><b>Verdict:</b> <span class="verdict {verdict_class(data["verdict"])}">'
                  f'{esc(data["verdict"])}</span> <span class="src">(<a href="{esc(link(f"studies/{st.name}/summary.json"))}">'
                  f'summary.json</a>)</span></p>')
+        for key in ("verdict_line", "finding", "data"):
+            if data.get(key):
+                h.append(f'<p class="src">{esc(key.replace("_", " "))}: {esc(data[key])}</p>')
         if st.figure:
             h.append(f'<img class="figure" src="{esc(st.figure)}" alt="{esc(st.name)}: {esc(data["metric"])} '
                      f'per variant">')
         h.append(study_table_html(data))
+        for also in [a for a in data.get("also") or [] if isinstance(a, dict)]:
+            h.append(f'<p>Also claimed, of the same runs ({esc(also.get("metric", ""))}): {esc(also.get("claim", ""))} '
+                     f'<span class="verdict {verdict_class(also.get("verdict", ""))}">{esc(also.get("verdict", ""))}'
+                     f'</span> <span class="src">{esc(also.get("verdict_line", ""))}</span></p>')
         links = []
         if st.experiment_url:
             links.append(f'<a href="{esc(st.experiment_url)}">experiment</a>')
@@ -646,7 +655,7 @@ def render_html(found: list[Section], studies: list[Study], tracking: Tracking, 
 
 
 def study_rows(data: dict) -> list[list[str]]:
-    """The variants' table: variant, mean ± std, seeds, params, seconds, its comparison."""
+    """The variants' table: variant, mean ± std, seeds, params, seconds, its comparison with the claimed one."""
     comparisons = {c.get("variant"): c for c in data.get("comparisons") or [] if isinstance(c, dict)}
     rows = []
     for name, v in data["variants"].items():
@@ -654,7 +663,8 @@ def study_rows(data: dict) -> list[list[str]]:
         seeds = v.get("seeds") or []
         c = comparisons.get(name)
         versus = f"{number(c.get('difference'))} ± {number(c.get('spread'))}: {c.get('verdict', '')}" if c else "–"
-        rows.append([name, f"{number(v.get('mean'))} ± {number(v.get('std'))}", str(len(seeds)),
+        label = f"{name} (claimed)" if name == data.get("claimed") else name
+        rows.append([label, f"{number(v.get('mean'))} ± {number(v.get('std'))}", str(len(seeds)),
                      number(v.get("params")), number(v.get("seconds")), versus])
     return rows
 
@@ -752,11 +762,17 @@ def render_markdown(found: list[Section], studies: list[Study], tracking: Tracki
         m += [f"**Claim:** {md(data['claim'])}", "",
               f"**Verdict:** **{md(data['verdict'])}** ([summary.json]({link(f'studies/{st.name}/summary.json')}))",
               ""]
+        m += [f"_{key.replace('_', ' ')}: {md(data[key])}_  " for key in ("verdict_line", "finding", "data")
+              if data.get(key)]
         if st.figure:
-            m += [f"![{st.name}: {data['metric']} per variant]({st.figure})", ""]
-        m += ["| " + " | ".join(md(c) for c in study_header(data)) + " |", "|---|---:|---:|---:|---:|---|"]
+            m += ["", f"![{st.name}: {data['metric']} per variant]({st.figure})", ""]
+        m += ["", "| " + " | ".join(md(c) for c in study_header(data)) + " |", "|---|---:|---:|---:|---:|---|"]
         m += ["| " + " | ".join(md(c) for c in row) + " |" for row in study_rows(data)]
         m.append("")
+        m += [f"Also claimed, of the same runs ({md(a.get('metric', ''))}): {md(a.get('claim', ''))} "
+              f"**{md(a.get('verdict', ''))}** {md(a.get('verdict_line', ''))}"
+              for a in data.get("also") or [] if isinstance(a, dict)]
+        m += [""] if data.get("also") else []
         links = [f"[experiment]({st.experiment_url})"] if st.experiment_url else []
         links += [f"[parent run]({st.run_url})"] if st.run_url else []
         m += [f"MLflow: {', '.join(links)}", ""] if links else []
