@@ -1,4 +1,8 @@
-"""ATIS joint intent detection + slot filling: three sources, one schema, one DataModule.
+"""ATIS joint intent detection + slot filling: four sources, one schema, one DataModule.
+
+Sources (`data.source`): builtin (a generated ATIS-style sample), local (the seq.in / seq.out /
+label layout), hub (the hub CSV), synthetic_order (data/synthetic_order.py: number words tagged
+by their order, for position ablations; its settings in `data.synthetic_order`).
 
 Schema of an example: {"words": [str], "slots": [BIO tag per word], "intent": str}.
 Multi-intent labels such as `atis_flight#atis_airfare` are kept as classes of their own, as in
@@ -106,7 +110,9 @@ def load_hub_atis(hub_id: str = "tuetschek/atis", dev_size: int = 500, seed: int
     return {split: splits[split] for split in SPLITS}
 
 
-def load_atis(source: str, local_dir: str | None = None, hub_id: str = "tuetschek/atis", builtin: dict | None = None):
+def load_atis(source: str, local_dir: str | None = None, hub_id: str = "tuetschek/atis", builtin: dict | None = None,
+              synthetic_order: dict | None = None):
+    """{train, dev, test} examples of a source; builtin and synthetic_order: the generator's settings."""
     if source == "local":
         if not local_dir:
             raise DataError("data.local_dir must be set when data.source=local")
@@ -117,7 +123,11 @@ def load_atis(source: str, local_dir: str | None = None, hub_id: str = "tuetsche
         from transformer_lab.data.atis_builtin import generate_atis_sample
 
         return generate_atis_sample(**(builtin or {}))
-    raise DataError(f"data.source={source!r} is not one of builtin, local, hub")
+    if source == "synthetic_order":
+        from transformer_lab.data.synthetic_order import generate_order_sample
+
+        return generate_order_sample(**(synthetic_order or {}))
+    raise DataError(f"data.source={source!r} is not one of builtin, local, hub, synthetic_order")
 
 
 # --------------------------------------------------------------------------- preparation
@@ -168,9 +178,10 @@ def prepare_atis(splits: dict[str, list[dict]], output_dir: str | Path, lowercas
 
 
 def prepare(source: str, output_dir: str, local_dir: str | None = None, hub_id: str = "tuetschek/atis",
-            builtin: dict | None = None, lowercase: bool = True, min_word_count: int = 1) -> dict:
+            builtin: dict | None = None, lowercase: bool = True, min_word_count: int = 1,
+            synthetic_order: dict | None = None) -> dict:
     """The `prepare_atis` stage: load a source, write the prepared set; returns its summary."""
-    splits = load_atis(source, local_dir=local_dir, hub_id=hub_id, builtin=builtin)
+    splits = load_atis(source, local_dir=local_dir, hub_id=hub_id, builtin=builtin, synthetic_order=synthetic_order)
     return prepare_atis(splits, output_dir, lowercase=lowercase, min_word_count=min_word_count)
 
 
@@ -207,7 +218,7 @@ class AtisPreprocessor(Preprocessor):
         self.pad_id, self.unk_id, self.cls_id = self.word_id[PAD], self.word_id[UNK], self.word_id[CLS]
 
     @classmethod
-    def from_prepared(cls, prepared_dir: str | Path) -> "AtisPreprocessor":
+    def from_prepared(cls, prepared_dir: str | Path) -> AtisPreprocessor:
         prepared_dir = Path(prepared_dir)
         try:
             lists = {name: json.loads((prepared_dir / f"{name}.json").read_text())
