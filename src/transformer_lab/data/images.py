@@ -4,15 +4,19 @@ Sources (`data.source`):
   builtin  scikit-learn's shipped handwritten digits: 1,797 grey 8x8 images, 10 classes (offline)
   hub      MNIST (ylecun/mnist) or CIFAR-10 (uoft-cs/cifar10) through `datasets`
   local    an image-folder tree, one sub-folder per class (PNG/JPEG), through `datasets`' imagefolder
+  mnist_idx  MNIST's test set in its original IDX files (t10k-images-idx3-ubyte.gz and
+           t10k-labels-idx1-ubyte.gz, gzipped or not) in `local_dir`: 10,000 grey 28x28 digits
 
 `prepare` writes `<output_dir>/{train,validation,test}.npz` (images uint8 (N, C, H, W), labels),
 `classes.json`, `stats.json` (per-channel mean and std of the training split, in [0, 1] units)
 and `summary.json`. The split is stratified and seeded; the statistics never see validation or
-test images.
+test images. The datamodule's `train_fraction` trains on a seeded, stratified subset of the
+training split (a learning curve), scoring on the same validation and test images.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +34,8 @@ from transformer_lab.utils.io import atomic_directory
 
 SPLITS = ("train", "validation", "test")
 HUB_COLUMNS = {"ylecun/mnist": ("image", "label"), "uoft-cs/cifar10": ("img", "label")}
+MNIST_IDX_FILES = ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}  # IDX type byte -> dtype
 
 
 def builtin_digits() -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -71,7 +77,7 @@ def local_images(directory: str | Path) -> tuple[np.ndarray, np.ndarray, list[st
     datasets.disable_progress_bars()  # a local folder is listed, not downloaded: no "Downloading data" bars
     try:
         listing = datasets.load_dataset("imagefolder", data_dir=str(directory), split="train")
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 (datasets raises many unrelated types for one bad folder)
         raise DataError(f"{directory}: not an image folder ({str(err).splitlines()[0]})") from None
     finally:
         if bars_were_on:
@@ -112,6 +118,54 @@ def hub_images(hub_id: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return _stack(arrays, [f"{hub_id}[{i}]" for i in range(len(arrays))]), np.array(labels, dtype=np.int64), classes
 
 
+def read_idx(path: str | Path) -> np.ndarray:
+    """An IDX file (LeCun's MNIST format), gzipped or not: two zero bytes, a type byte, the number
+    of dimensions, each dimension as a big-endian uint32, then the values in row-major order."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: IDX file not found")
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":  # gzip's magic number, whatever the file is called
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as err:
+            raise DataError(f"{path}: not a readable gzip file ({err})") from None
+    if len(raw) < 4 or raw[:2] != b"\x00\x00" or raw[2] not in IDX_TYPES or raw[3] == 0:
+        raise DataError(f"{path}: not an IDX file (its first 4 bytes are {raw[:4].hex() or 'missing'}, "
+                        "expected 00 00 <type> <dimensions>)")
+    n_dims, dtype = raw[3], np.dtype(IDX_TYPES[raw[2]])
+    header = 4 + 4 * n_dims
+    if len(raw) < header:
+        raise DataError(f"{path}: IDX header cut short ({len(raw)} bytes for {n_dims} dimensions)")
+    shape = tuple(int(d) for d in np.frombuffer(raw, ">u4", n_dims, offset=4))
+    expected = header + int(np.prod(shape)) * dtype.itemsize
+    if len(raw) != expected:
+        raise DataError(f"{path}: {len(raw)} bytes, but an IDX file of shape {shape} ({dtype}) has {expected}")
+    return np.frombuffer(raw, dtype, offset=header).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def _idx_file(directory: Path, name: str) -> Path:
+    """`name.gz` in the directory, else `name` uncompressed."""
+    gzipped = directory / f"{name}.gz"
+    return gzipped if gzipped.is_file() or not (directory / name).is_file() else directory / name
+
+
+def mnist_idx_images(directory: str | Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """MNIST's test set from its IDX files in `directory`: uint8 (N, 1, 28, 28), labels 0..9."""
+    directory = Path(directory)
+    images_path, labels_path = (_idx_file(directory, name) for name in MNIST_IDX_FILES)
+    images, labels = read_idx(images_path), read_idx(labels_path)
+    if images.ndim != 3 or images.dtype != np.uint8:
+        raise DataError(f"{images_path}: {images.dtype} values of shape {images.shape}; "
+                        "expected uint8 (N, height, width)")
+    if labels.ndim != 1 or labels.dtype != np.uint8 or (len(labels) and labels.max() > 9):
+        raise DataError(f"{labels_path}: expected one uint8 digit 0..9 per image, found {labels.dtype} "
+                        f"of shape {labels.shape}")
+    if len(images) != len(labels):
+        raise DataError(f"{labels_path}: {len(labels)} labels for the {len(images)} images of {images_path}")
+    return images[:, None], labels.astype(np.int64), [str(digit) for digit in range(10)]
+
+
 def stratified_split(labels: np.ndarray, fractions: tuple[float, float], seed: int) -> dict[str, np.ndarray]:
     """Indices per split: within every class, shuffled with the seed, then cut by the fractions."""
     rng = np.random.default_rng(seed)
@@ -125,6 +179,20 @@ def stratified_split(labels: np.ndarray, fractions: tuple[float, float], seed: i
     return {split: np.sort(np.concatenate(p)) for split, p in parts.items()}
 
 
+def stratified_subset(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Sorted indices of a seeded `fraction` of the examples, taken within every class (round(fraction
+    * class size), at least one). Each class is shuffled by the seed alone, so a smaller fraction is a
+    subset of a larger one: the points of a learning curve differ only by the images added."""
+    if not 0 < fraction <= 1:
+        raise DataError(f"train_fraction={fraction}: must be in (0, 1]")
+    rng = np.random.default_rng(seed)
+    kept = []
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        kept.append(members[:max(1, round(fraction * len(members)))])
+    return np.sort(np.concatenate(kept)) if kept else np.zeros(0, dtype=np.int64)
+
+
 def prepare(source: str, output_dir: str, local_dir: str | None = None, hub_id: str = "ylecun/mnist",
             validation_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0,
             max_images: int | None = None) -> dict:
@@ -135,8 +203,12 @@ def prepare(source: str, output_dir: str, local_dir: str | None = None, hub_id: 
         images, labels, classes = local_images(local_dir or "")
     elif source == "hub":
         images, labels, classes = hub_images(hub_id)
+    elif source == "mnist_idx":
+        if not local_dir:
+            raise DataError("data.local_dir must be set when data.source=mnist_idx (the folder of the IDX files)")
+        images, labels, classes = mnist_idx_images(local_dir)
     else:
-        raise DataError(f"data.source={source!r} is not one of builtin, local, hub")
+        raise DataError(f"data.source={source!r} is not one of builtin, local, hub, mnist_idx")
     if max_images:
         keep = np.sort(np.random.default_rng(seed).permutation(len(labels))[:max_images])
         images, labels = images[keep], labels[keep]
@@ -144,7 +216,7 @@ def prepare(source: str, output_dir: str, local_dir: str | None = None, hub_id: 
     train = images[splits["train"]].astype(np.float64) / 255
     stats = {"mean": train.mean(axis=(0, 2, 3)).tolist(), "std": train.std(axis=(0, 2, 3)).tolist()}
     summary = {"source": source, "classes": len(classes), "image_shape": list(images.shape[1:]),
-               **{f"{split}_images": int(len(index)) for split, index in splits.items()}}
+               **{f"{split}_images": len(index) for split, index in splits.items()}}
     with atomic_directory(output_dir) as tmp:
         for split, index in splits.items():
             np.savez_compressed(tmp / f"{split}.npz", images=images[index], labels=labels[index])
@@ -160,6 +232,16 @@ def read_split(prepared_dir: str | Path, split: str) -> tuple[np.ndarray, np.nda
         raise DataError(f"{path}: prepared images not found; run `dvc repro prepare_images`")
     with np.load(path) as data:
         return data["images"], data["labels"]
+
+
+def read_training_split(prepared_dir: str | Path, train_fraction: float = 1.0,
+                        subset_seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The training split, or its seeded stratified `train_fraction` (stratified_subset)."""
+    images, labels = read_split(prepared_dir, "train")
+    if train_fraction == 1:
+        return images, labels
+    keep = stratified_subset(labels, train_fraction, subset_seed)
+    return images[keep], labels[keep]
 
 
 @dataclass(eq=False)
@@ -226,14 +308,19 @@ class ImageDataModule(L.LightningDataModule):
     preprocessor: ImagePreprocessor
 
     def __init__(self, prepared_dir: str, batch_size: int = 64, eval_batch_size: int = 256, crop_padding: int = 0,
-                 horizontal_flip: bool = False, num_workers: int = 0, max_examples: int | None = None):
+                 horizontal_flip: bool = False, num_workers: int = 0, max_examples: int | None = None,
+                 train_fraction: float = 1.0, train_subset_seed: int = 0):
         """crop_padding: random-crop augmentation (pixels of padding, 0 = off); horizontal_flip:
         for natural images such as CIFAR-10 only (a flipped digit is another glyph). max_examples:
-        images kept per split (None = all; debug=smoke)."""
+        images kept per split (None = all; debug=smoke). train_fraction: train on this seeded
+        (train_subset_seed), stratified fraction of the training split; validation and test stay whole."""
         super().__init__()
         self.prepared_dir = Path(prepared_dir)
         self.batch_size, self.eval_batch_size, self.num_workers = batch_size, eval_batch_size, num_workers
         self.crop_padding, self.horizontal_flip, self.max_examples = crop_padding, horizontal_flip, max_examples
+        if not 0 < train_fraction <= 1:
+            raise DataError(f"data.datamodule.train_fraction={train_fraction}: must be in (0, 1]")
+        self.train_fraction, self.train_subset_seed = train_fraction, train_subset_seed
         self.preprocessor = ImagePreprocessor.from_prepared(self.prepared_dir)
         self.sets: dict[str, ImageSet] = {}
 
@@ -250,7 +337,8 @@ class ImageDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         for split in SPLITS:
             if split not in self.sets:
-                images, labels = read_split(self.prepared_dir, split)
+                images, labels = read_training_split(self.prepared_dir, self.train_fraction, self.train_subset_seed) \
+                    if split == "train" else read_split(self.prepared_dir, split)
                 images, labels = images[: self.max_examples], labels[: self.max_examples]
                 augment = split == "train"
                 self.sets[split] = ImageSet(images, labels, self.preprocessor,
