@@ -12,7 +12,8 @@ validation checkpoint scored on test; 150 epochs; `--set` adds Hydra overrides, 
              --cnn-epochs epochs, its best-validation epoch scored on test
 
 Writes test_acc, test_macro_f1, train_seconds, params (the ViT), logreg_acc, cnn_acc,
-cnn_params, cnn_train_seconds. Target: ViT test accuracy >= 0.97 within 5 minutes on 2 cores.
+cnn_params, cnn_train_seconds (the baselines: transformer_lab.training.image_baselines).
+Target: ViT test accuracy >= 0.97 within 5 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -48,58 +49,6 @@ def train_vit(prepared_dir: Path, overrides: list[str], out_dir: Path) -> dict:
             "epochs": written["epochs"]}
 
 
-def logistic_regression(prepared_dir: Path) -> float:
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
-    from transformer_lab.data.images import read_split
-
-    (x_train, y_train), (x_test, y_test) = (read_split(prepared_dir, s) for s in ("train", "test"))
-    scaler = StandardScaler().fit(x_train.reshape(len(x_train), -1))
-    model = LogisticRegression(max_iter=2000).fit(scaler.transform(x_train.reshape(len(x_train), -1)), y_train)
-    return float(model.score(scaler.transform(x_test.reshape(len(x_test), -1)), y_test))
-
-
-def small_cnn(prepared_dir: Path, epochs: int, seed: int) -> dict:
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    from transformer_lab.data.images import ImageDataModule
-
-    torch.manual_seed(seed)
-    datamodule = ImageDataModule(str(prepared_dir), batch_size=64)
-    datamodule.setup()
-    channels = datamodule.model_kwargs()["in_channels"]
-    size = datamodule.model_kwargs()["image_size"]
-    model = nn.Sequential(nn.Conv2d(channels, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
-                          nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * (size // 2) ** 2, 128), nn.ReLU(),
-                          nn.Linear(128, len(datamodule.preprocessor.classes)))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-    def accuracy(split: str) -> float:
-        model.eval()
-        with torch.no_grad():
-            data = datamodule.sets[split]
-            return (model(data.images).argmax(-1) == data.labels).float().mean().item()
-
-    start = time.perf_counter()
-    best_val, best_test = -1.0, 0.0
-    for _ in range(epochs):
-        model.train()
-        for batch in datamodule.train_dataloader():
-            loss = F.cross_entropy(model(batch["images"]), batch["labels"])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        val = accuracy("validation")
-        if val > best_val:
-            best_val, best_test = val, accuracy("test")
-    return {"cnn_acc": round(best_test, 4), "cnn_val_acc": round(best_val, 4),
-            "cnn_params": sum(p.numel() for p in model.parameters()),
-            "cnn_train_seconds": round(time.perf_counter() - start, 1)}
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="JSON file to write")
@@ -113,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from transformer_lab.data.images import prepare
+    from transformer_lab.training.image_baselines import logistic_regression, small_cnn
     from transformer_lab.utils.io import atomic_write_json
 
     torch.set_num_threads(args.threads)
@@ -122,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         summary = prepare("builtin", str(prepared), seed=0)
         vit = train_vit(prepared, [f"seed={args.seed}", *args.set], Path(tmp) / "vit")
         print(f"vit: {vit}", flush=True)
-        logreg = logistic_regression(prepared)
-        cnn = small_cnn(prepared, args.cnn_epochs, args.seed)
+        logreg = logistic_regression(prepared, args.seed)["test_acc"]
+        baseline = small_cnn(prepared, args.seed, epochs=args.cnn_epochs)
+        cnn = {"cnn_acc": round(baseline["test_acc"], 4), "cnn_val_acc": round(baseline["val_acc"], 4),
+               "cnn_params": baseline["params"], "cnn_train_seconds": round(baseline["seconds"], 1)}
         print(f"logreg: {logreg:.4f} cnn: {cnn}", flush=True)
     result = {**vit, "logreg_acc": round(logreg, 4), **cnn,
               "split": {k: v for k, v in summary.items() if k.endswith("_images")},
