@@ -7,6 +7,11 @@ Each head has its own query, key and value projection. They are stored as one
 ``d_model x d_model`` matrix per role whose rows are split into heads, which is the
 same as ``n_heads`` separate ``d_model x d_head`` projections but costs one matmul.
 
+Two options serve ablations. `projections` keeps fewer of the three projections, a kept one
+standing in for a dropped one: "qv" (K = Q), "kv" (Q = K), "v" (Q = K = V), or "none", the
+parameter-free softmax(X X^T) X with no output projection either. `scaled=False` leaves out the
+1/sqrt(d_head) factor.
+
 Two options serve the decoder (GPT): rotary position embeddings applied to queries and
 keys, and a key/value cache so that generating one more token attends from one new
 position instead of recomputing the whole prefix.
@@ -56,6 +61,16 @@ class KVCache:
             self.keys, self.values = self.keys.index_select(0, rows), self.values.index_select(0, rows)
 
 
+# projections: the projection that gives the queries, the keys and the values (None: x itself)
+PROJECTIONS = {
+    "qkv": ("q", "k", "v"),
+    "qv": ("q", "q", "v"),       # K = Q
+    "kv": ("k", "k", "v"),       # Q = K
+    "v": ("v", "v", "v"),        # Q = K = V
+    "none": (None, None, None),  # softmax(X X^T) X: no parameters at all
+}
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention in n_heads heads: self-attention, or cross-attention given a context."""
 
@@ -63,18 +78,25 @@ class MultiHeadAttention(nn.Module):
     fast_path = True
 
     def __init__(self, d_model: int, n_heads: int, *, dropout: float = 0.0, bias: bool = True,
-                 fast_dropout: bool = True):
+                 fast_dropout: bool = True, projections: str = "qkv", scaled: bool = True):
         """fast_dropout: cheap dropout masks on CPU (models/dropout.py), False for torch's own;
-        the fast path's choice (the reading path always draws torch's own)."""
+        the fast path's choice (the reading path always draws torch's own).
+        projections: which of the query, key and value projections exist (PROJECTIONS); the others
+        are None, so that the parameter count shows the difference. scaled=False: scores are
+        Q K^T, not divided by sqrt(d_head)."""
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        if projections not in PROJECTIONS:
+            raise ValueError(f"projections={projections!r}; expected one of {', '.join(PROJECTIONS)}")
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
-        self.q = nn.Linear(d_model, d_model, bias=bias)
-        self.k = nn.Linear(d_model, d_model, bias=bias)
-        self.v = nn.Linear(d_model, d_model, bias=bias)
-        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.projections = projections
+        self.scaled = scaled
+        kept = set(PROJECTIONS[projections]) - {None}
+        for role in "qkv":  # in this order, so that state dicts keep today's order of names
+            setattr(self, role, nn.Linear(d_model, d_model, bias=bias) if role in kept else None)
+        self.out = None if projections == "none" else nn.Linear(d_model, d_model, bias=bias)
         self.dropout = dropout
         self.fast_dropout = fast_dropout
 
@@ -113,14 +135,36 @@ class MultiHeadAttention(nn.Module):
                                           attn_mask=attn_mask, context=context)
         batch, length, d_model = x.shape
         q, k, v, offset = self._queries_keys_values(x, context=context, rotary=rotary, cache=cache)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (batch, n_heads, length, keys)
+        scores = q @ k.transpose(-2, -1)  # (batch, n_heads, length, keys)
+        if self.scaled:
+            scores = scores / math.sqrt(self.d_head)
         mask = self._mask(key_padding_mask, attn_mask, is_causal, length, k.shape[2], offset, x.device)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))  # weight 0 after the softmax
         weights = scores.softmax(dim=-1)
         attended = F.dropout(weights, self.dropout, self.training) @ v  # (batch, n_heads, length, d_head)
         attended = attended.transpose(1, 2).reshape(batch, length, d_model)  # the heads side by side
-        return self.out(attended), weights if return_weights else None
+        return self.project_out(attended), weights if return_weights else None
+
+    @property
+    def scale(self) -> float:
+        """What the scores Q K^T are multiplied by."""
+        return 1 / math.sqrt(self.d_head) if self.scaled else 1.0
+
+    def project_out(self, attended: torch.Tensor) -> torch.Tensor:
+        """The heads side by side (batch, length, d_model) through the output projection, if there is one."""
+        return attended if self.out is None else self.out(attended)
+
+    def _project(self, x: torch.Tensor, roles: str) -> tuple[torch.Tensor, ...]:
+        """x's queries, keys and/or values (roles: some of "qkv", in order) by their projections; a
+        projection shared by two roles is computed once."""
+        sources = dict(zip("qkv", PROJECTIONS[self.projections]))
+        projected = {}
+        for role in roles:
+            name = sources[role]
+            if name not in projected:
+                projected[name] = x if name is None else getattr(self, name)(x)
+        return tuple(projected[sources[role]] for role in roles)
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(batch, length, d_model) -> (batch, n_heads, length, d_head)."""
@@ -132,17 +176,19 @@ class MultiHeadAttention(nn.Module):
                              projected: tuple[torch.Tensor, ...] | None = None) -> tuple:
         """Queries from x, keys and values from x (or from context), each split into heads, and
         the position of x's first row. projected: x's queries, keys and values already computed
-        (the fast path computes them in one product)."""
+        (the fast path computes them in one product). With fewer projections, the context's keys
+        come by the projection that stands in for the key one (with "qv", the query projection)."""
         if context is not None:
-            q = self._split_heads(self.q(x))
+            (q,) = self._project(x, "q")
+            q = self._split_heads(q)
             if cache is not None and cache.keys is not None:
                 return q, cache.keys, cache.values, 0  # the same source at every step: projected once
-            k, v = self._split_heads(self.k(context)), self._split_heads(self.v(context))
+            k, v = (self._split_heads(part) for part in self._project(context, "kv"))
             if cache is not None:
                 cache.append(k, v)
             return q, k, v, 0
         if projected is None:
-            projected = self.q(x), self.k(x), self.v(x)
+            projected = self._project(x, "qkv")
         q, k, v = (self._split_heads(part) for part in projected)
         offset = cache.length if cache is not None else 0  # x follows the cached positions
         if rotary is not None:

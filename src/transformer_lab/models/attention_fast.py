@@ -4,7 +4,8 @@
 
 - torch's fused kernel (`F.scaled_dot_product_attention`) whenever nobody asks for the weights,
   and its own causal mask where that is the only mask;
-- training's queries, keys and values of x in one wide product instead of three narrow ones;
+- training's queries, keys and values of x in one wide product instead of three narrow ones
+  (with all three projections, projections="qkv");
 - an all-real padding mask left out (masking costs a pass over every score);
 - with dropout on the CPU, the scores computed explicitly so that the cheap dropout masks of
   models/dropout.py apply (the fused kernel would draw torch's costly ones): the scale and the mask
@@ -18,7 +19,6 @@ checks outputs and gradients against the reading path.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -67,7 +67,7 @@ def project_qkv(attn: MultiHeadAttention, x: torch.Tensor) -> tuple[torch.Tensor
 def explicit_attention(attn: MultiHeadAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        mask: torch.Tensor | None, dropout_p: float, *,
                        causal_halves: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """softmax(q k^T / sqrt(d_head), masked) v with the probabilities in hand, for the cheap dropout
+    """softmax(q k^T * attn.scale, masked) v with the probabilities in hand, for the cheap dropout
     masks and for inspection: (batch, length, d_model) and the probabilities (None with causal_halves).
 
     The product scales (alpha) and masks (the bias, beta) as it multiplies, sparing passes over q
@@ -81,20 +81,25 @@ def explicit_attention(attn: MultiHeadAttention, q: torch.Tensor, k: torch.Tenso
     bias = None if mask is None else _score_bias(mask, batch, attn.n_heads, q.dtype)
     half = length // 2
     spans = ((0, half, half), (half, length, keys)) if causal_halves else ((0, length, keys),)
-    parts = []
+    parts, weights = [], None
     for (start, end, seen), q_part in zip(spans, q.split([end - start for start, end, _ in spans], dim=1)):
         k_seen, v_seen = (k, v) if seen == keys else (k[:, :seen], v[:, :seen])
         if bias is None:  # beta=0: the product alone, its placeholder input never read
             rows, beta = q.new_empty(1, 1), 0
         else:
             rows, beta = (bias[..., start:end, :seen] if bias.shape[-2] > 1 else bias[..., :seen]), 1
-        scores = torch.baddbmm(rows, q_part, k_seen.transpose(1, 2), beta=beta, alpha=1 / math.sqrt(d_head))
+        scores = torch.baddbmm(rows, q_part, k_seen.transpose(1, 2), beta=beta, alpha=attn.scale)
         probabilities = scores.softmax(dim=-1)
+        if not causal_halves:
+            # the weights handed back are the very tensor the values are weighted by, so that a caller
+            # who keeps their gradient (studies/probes.py) gets it
+            weights = probabilities.view(batch, attn.n_heads, length, keys)
+            probabilities = weights.view(heads, length, keys)
         attended = masked_dropout(probabilities, dropout_p, attn.training, fast=attn.fast_dropout) @ v_seen
         parts.append(attended.view(batch, attn.n_heads, end - start, d_head).transpose(1, 2))
     # heads merged as the parts are joined: one copy, into (batch, length, heads, d_head)
     attended = torch.cat(parts, dim=1).view(batch, length, attn.n_heads * d_head)
-    return attended, None if causal_halves else probabilities.view(batch, attn.n_heads, length, keys)
+    return attended, weights
 
 
 def forward(attn: MultiHeadAttention, x: torch.Tensor, *, key_padding_mask: torch.Tensor | None,
@@ -103,7 +108,8 @@ def forward(attn: MultiHeadAttention, x: torch.Tensor, *, key_padding_mask: torc
     """MultiHeadAttention.forward's result, by the fastest way the arguments allow."""
     batch, length, d_model = x.shape
     # decoding a token at a time (eval), copying the weights together would cost more than it saves
-    projected = project_qkv(attn, x) if attn.training and context is None else None
+    fused = attn.training and context is None and attn.projections == "qkv"
+    projected = project_qkv(attn, x) if fused else None
     q, k, v, offset = attn._queries_keys_values(x, context=context, rotary=rotary, cache=cache, projected=projected)
     padding = None if key_padding_mask is None or _no_padding(key_padding_mask) else key_padding_mask
     # one new query after a cache may see every key: no causal mask needed
@@ -116,11 +122,12 @@ def forward(attn: MultiHeadAttention, x: torch.Tensor, *, key_padding_mask: torc
     if return_weights or cheap_masks:
         causal_halves = is_causal and offset == 0 and not return_weights and length >= CAUSAL_HALVES_MIN_LENGTH
         attended, weights = explicit_attention(attn, q, k, v, mask, dropout_p, causal_halves=causal_halves)
-        return attn.out(attended), weights if return_weights else None
+        return attn.project_out(attended), weights if return_weights else None
+    scale = None if attn.scaled else 1.0  # None: the kernel's own 1/sqrt(d_head)
     if is_causal and length > 1 and key_padding_mask is None and attn_mask is None and offset == 0:
         # a plain causal mask: let the kernel build it (its fast path skips the masked half)
-        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
     else:
-        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
     attended = attended.transpose(1, 2).reshape(batch, length, d_model)
-    return attn.out(attended), None
+    return attn.project_out(attended), None

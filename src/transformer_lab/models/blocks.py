@@ -1,16 +1,27 @@
 """The transformer block every model is built from: attention + feed-forward, each
-wrapped in a residual connection and LayerNorm."""
+wrapped in a residual connection and LayerNorm (both of which an ablation can leave out)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from transformer_lab.models.attention import KVCache, MultiHeadAttention
+from transformer_lab.models.attention import PROJECTIONS, KVCache, MultiHeadAttention
 from transformer_lab.models.dropout import Dropout
 
 # gelu_tanh: the tanh approximation that GPT-1 and GPT-2 were trained with ("gelu_new" in transformers)
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
+
+
+def check_ablation_options(*, attention_projections: str, attention_scaled: bool, residual: bool,
+                           layer_norm: bool) -> None:
+    """The block options a model config passes on (EncoderConfig, GPTConfig), checked as the config is
+    made: one clear error naming the field, rather than a failure deep inside the model."""
+    if attention_projections not in PROJECTIONS:
+        raise ValueError(f"attention_projections={attention_projections!r}; expected one of {', '.join(PROJECTIONS)}")
+    for name, value in (("attention_scaled", attention_scaled), ("residual", residual), ("layer_norm", layer_norm)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}={value!r}; expected true or false")  # noqa: TRY004 (a config value)
 
 
 class FeedForward(nn.Module):
@@ -78,7 +89,11 @@ class TransformerBlock(nn.Module):
 
     cross_attention=True makes it the 2017 paper's decoder block: masked self-attention, then
     attention over the encoder's states (`context`), then the feed-forward, each a residual
-    sub-layer normalised the same way (post- or pre-norm)."""
+    sub-layer normalised the same way (post- or pre-norm).
+
+    Ablations: residual=False drops the skip connections (x = sublayer(x)), layer_norm=False makes
+    every LayerNorm an identity; attention_projections and attention_scaled are MultiHeadAttention's
+    projections and scaled."""
 
     def __init__(
         self,
@@ -96,6 +111,10 @@ class TransformerBlock(nn.Module):
         bias: bool = True,
         cross_attention: bool = False,
         fast_dropout: bool = True,
+        attention_projections: str = "qkv",
+        attention_scaled: bool = True,
+        residual: bool = True,
+        layer_norm: bool = True,
     ):
         """The three sizes by position, every option by name (so that adding one shifts no caller).
         ffn: "dense" (one feed-forward) or "moe" (n_experts of them, each token routed to moe_top_k).
@@ -103,20 +122,26 @@ class TransformerBlock(nn.Module):
         fast_dropout: cheap dropout masks on CPU (models/dropout.py); False for torch's own."""
         super().__init__()
         self.norm_first = norm_first
-        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias, fast_dropout=fast_dropout)
-        self.ln1 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.residual = residual
+        attention = {"dropout": dropout, "bias": bias, "fast_dropout": fast_dropout,
+                     "projections": attention_projections, "scaled": attention_scaled}
+
+        def norm() -> nn.Module:
+            return nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias) if layer_norm else nn.Identity()
+
+        self.attn = MultiHeadAttention(d_model, n_heads, **attention)
+        self.ln1 = norm()
         if ffn == "dense":
             self.mlp = FeedForward(d_model, d_ff, activation, dropout, bias, fast_dropout)
         elif ffn == "moe":
             self.mlp = MixtureOfExperts(d_model, d_ff, n_experts, moe_top_k, activation, dropout, bias, fast_dropout)
         else:
             raise ValueError(f"ffn={ffn!r}; expected 'dense' or 'moe'")
-        self.ln2 = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+        self.ln2 = norm()
         self.cross_attn = self.ln_cross = None
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, bias=bias,
-                                                 fast_dropout=fast_dropout)
-            self.ln_cross = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias)
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, **attention)
+            self.ln_cross = norm()
         self.dropout = Dropout(dropout, fast=fast_dropout)
 
     def forward(
@@ -155,18 +180,22 @@ class TransformerBlock(nn.Module):
         cross_weights = None
         if self.norm_first:
             attended, weights = self.attn(self.ln1(x), **options)
-            x = x + self.dropout(attended)
+            x = self._add(x, self.dropout(attended))
             if context is not None:
                 attended, cross_weights = self.cross_attn(self.ln_cross(x), **cross_options)
-                x = x + self.dropout(attended)
-            x = x + self.mlp(self.ln2(x))
+                x = self._add(x, self.dropout(attended))
+            x = self._add(x, self.mlp(self.ln2(x)))
         else:
             attended, weights = self.attn(x, **options)
-            x = self.ln1(x + self.dropout(attended))
+            x = self.ln1(self._add(x, self.dropout(attended)))
             if context is not None:
                 attended, cross_weights = self.cross_attn(x, **cross_options)
-                x = self.ln_cross(x + self.dropout(attended))
-            x = self.ln2(x + self.mlp(x))
+                x = self.ln_cross(self._add(x, self.dropout(attended)))
+            x = self.ln2(self._add(x, self.mlp(x)))
         if context is not None and return_weights:
             return x, (weights, cross_weights)
         return x, weights
+
+    def _add(self, x: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
+        """The residual connection x + sublayer(x), or the sub-layer's output alone without one."""
+        return x + sublayer_output if self.residual else sublayer_output
