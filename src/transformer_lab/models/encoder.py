@@ -21,12 +21,12 @@ import torch
 from torch import nn
 
 from transformer_lab.models.dropout import Dropout
-from transformer_lab.models.blocks import TransformerBlock
+from transformer_lab.models.blocks import TransformerBlock, check_ablation_options
 from transformer_lab.models.crf import LinearChainCRF
 from transformer_lab.models.elmo import END_OF_SENTENCE, CharacterEncoder, ElmoBiLM, ElmoConfig, ScalarMix, spelling
 from transformer_lab.models.elmo import SIZES as CHARACTER_ENCODER_SIZES
 from transformer_lab.models.outputs import ModelOutput
-from transformer_lab.models.positional import RotaryEmbedding, positional_encoding
+from transformer_lab.models.positional import POSITIONS, RotaryEmbedding, positional_encoding
 
 
 @dataclass
@@ -41,14 +41,24 @@ class EncoderConfig:
     fast_dropout: bool = True  # cheap CPU dropout masks (models/dropout.py); false: torch's own
     activation: str = "relu"
     norm_first: bool = False
-    positional: str = "learned"  # learned | sinusoidal | rope (rotary, on queries and keys)
+    positional: str = "learned"  # learned | sinusoidal | rope (rotary, on queries and keys) | none
     pad_id: int = 0
     char_features: bool = False  # each word's character-CNN vector joins its embedding (inputs need `characters`)
     char_combine: str = "add"    # add | concat (concatenated, then projected back to d_model)
     char_size: str = "tiny"      # the character encoder's filters and highway layers (models/elmo.py SIZES)
     elmo: dict | None = None     # a frozen ELMo biLM's ElmoConfig: its mixed layers join each embedding
+    # ablations (models/blocks.py): fewer attention projections, unscaled scores, no residuals, no LayerNorms
+    attention_projections: str = "qkv"  # qkv | qv (K = Q) | kv (Q = K) | v (Q = K = V) | none (softmax(X X^T) X)
+    attention_scaled: bool = True  # false: scores Q K^T without the 1/sqrt(d_head)
+    residual: bool = True          # false: x = sublayer(x), no skip connections
+    layer_norm: bool = True        # false: every LayerNorm (the final one too) an identity
 
     def __post_init__(self):
+        if self.positional not in POSITIONS:
+            raise ValueError(f"model.positional={self.positional!r}: one of {', '.join(POSITIONS)}")
+        check_ablation_options(attention_projections=self.attention_projections,
+                               attention_scaled=self.attention_scaled, residual=self.residual,
+                               layer_norm=self.layer_norm)
         if self.char_combine not in ("add", "concat"):
             raise ValueError(f"model.char_combine={self.char_combine!r}: add or concat")
         if self.char_size not in CHARACTER_ENCODER_SIZES:
@@ -84,18 +94,21 @@ class TransformerEncoder(nn.Module):
             self.elmo_mix = ScalarMix(elmo_config.n_layers + 1)
             width = (2 if elmo_config.bidirectional else 1) * elmo_config.projection_dim
             self.elmo_projection = nn.Linear(width, config.d_model)
-        rope = config.positional == "rope"
-        self.position = None if rope else positional_encoding(config.positional, config.max_len, config.d_model)
-        self.rotary = RotaryEmbedding(config.d_model // config.n_heads) if rope else None
+        table = config.positional in ("learned", "sinusoidal")
+        self.position = positional_encoding(config.positional, config.max_len, config.d_model) if table else None
+        self.rotary = RotaryEmbedding(config.d_model // config.n_heads) if config.positional == "rope" else None
         self.dropout = Dropout(config.dropout, fast=config.fast_dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(config.d_model, config.n_heads, config.d_ff, dropout=config.dropout,
                              activation=config.activation, norm_first=config.norm_first,
-                             fast_dropout=config.fast_dropout)
+                             fast_dropout=config.fast_dropout, attention_projections=config.attention_projections,
+                             attention_scaled=config.attention_scaled, residual=config.residual,
+                             layer_norm=config.layer_norm)
             for _ in range(config.n_layers)
         )
         # Pre-norm blocks leave the residual stream un-normalised; close it with a final LayerNorm.
-        self.final_norm = nn.LayerNorm(config.d_model) if config.norm_first else nn.Identity()
+        final_norm = config.norm_first and config.layer_norm
+        self.final_norm = nn.LayerNorm(config.d_model) if final_norm else nn.Identity()
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,

@@ -1,7 +1,7 @@
 """GPT (Radford et al., 2018; 2019): the shared TransformerBlock with a causal mask, plus
 GPT's own embeddings and a language-model head tied to the token embedding.
 
-    token embedding (+ learned or sinusoidal position embedding) ─► dropout
+    token embedding (+ learned or sinusoidal position embedding, or none) ─► dropout
       ─► L blocks, causal self-attention (optionally RoPE on Q and K), feed-forward 4H, GELU
          norm_first=False: GPT-1's post-norm blocks, no final LayerNorm
          norm_first=True:  GPT-2's pre-norm blocks and a final LayerNorm
@@ -32,10 +32,10 @@ from torch import nn
 
 from transformer_lab.models.attention import KVCache
 from transformer_lab.models.dropout import Dropout
-from transformer_lab.models.blocks import MixtureOfExperts, TransformerBlock
+from transformer_lab.models.blocks import MixtureOfExperts, TransformerBlock, check_ablation_options
 from transformer_lab.models.interop import WeightsUnavailable, rename
 from transformer_lab.models.outputs import ModelOutput
-from transformer_lab.models.positional import RotaryEmbedding, positional_encoding
+from transformer_lab.models.positional import POSITIONS, RotaryEmbedding, positional_encoding
 
 # name: (layers L, hidden H, heads A, norm_first)
 SIZES = {
@@ -47,7 +47,6 @@ SIZES = {
     "gpt2-large": (36, 1280, 20, True),
     "gpt2-xl": (48, 1600, 25, True),
 }
-POSITIONS = ("learned", "sinusoidal", "rope")
 
 
 @dataclass
@@ -60,7 +59,7 @@ class GPTConfig:
     d_ff: int | None = None  # None = 4 * d_model
     norm_first: bool | None = None
     max_len: int = 1024  # context length (block size)
-    position: str = "learned"  # learned | sinusoidal | rope
+    position: str = "learned"  # learned | sinusoidal | rope | none (no position information at all)
     dropout: float = 0.1
     fast_dropout: bool = True  # cheap CPU dropout masks (models/dropout.py); false: torch's own
     activation: str = "gelu_tanh"
@@ -70,12 +69,20 @@ class GPTConfig:
     moe_top_k: int = 2
     bias: bool = True  # False: no biases in linear layers and LayerNorms
     eos_id: int | None = None  # end-of-text: generation stops there
+    # ablations (models/blocks.py): fewer attention projections, unscaled scores, no residuals, no LayerNorms
+    attention_projections: str = "qkv"  # qkv | qv (K = Q) | kv (Q = K) | v (Q = K = V) | none (softmax(X X^T) X)
+    attention_scaled: bool = True  # false: scores Q K^T without the 1/sqrt(d_head)
+    residual: bool = True          # false: x = sublayer(x), no skip connections
+    layer_norm: bool = True        # false: every LayerNorm (the final one too) an identity
 
     def __post_init__(self):
         if self.size not in SIZES:
             raise ValueError(f"size={self.size!r}; expected one of {', '.join(SIZES)}")
         if self.position not in POSITIONS:
             raise ValueError(f"position={self.position!r}; expected one of {', '.join(POSITIONS)}")
+        check_ablation_options(attention_projections=self.attention_projections,
+                               attention_scaled=self.attention_scaled, residual=self.residual,
+                               layer_norm=self.layer_norm)
         layers, hidden, heads, norm_first = SIZES[self.size]
         self.n_layers = layers if self.n_layers is None else self.n_layers
         self.d_model = hidden if self.d_model is None else self.d_model
@@ -96,19 +103,24 @@ class GPTModel(nn.Module):
         super().__init__()
         self.config = config
         self.token = nn.Embedding(config.vocab_size, config.d_model)
-        self.position = None if config.position == "rope" else positional_encoding(
-            config.position, config.max_len, config.d_model)
+        table = config.position in ("learned", "sinusoidal")
+        self.position = positional_encoding(config.position, config.max_len, config.d_model) if table else None
         self.rotary = RotaryEmbedding(config.d_model // config.n_heads) if config.position == "rope" else None
         self.dropout = Dropout(config.dropout, fast=config.fast_dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(config.d_model, config.n_heads, config.d_ff, dropout=config.dropout,
                              activation=config.activation, norm_first=config.norm_first,
                              layer_norm_eps=config.layer_norm_eps, ffn=config.ffn, n_experts=config.n_experts,
-                             moe_top_k=config.moe_top_k, bias=config.bias, fast_dropout=config.fast_dropout)
+                             moe_top_k=config.moe_top_k, bias=config.bias, fast_dropout=config.fast_dropout,
+                             attention_projections=config.attention_projections,
+                             attention_scaled=config.attention_scaled, residual=config.residual,
+                             layer_norm=config.layer_norm)
             for _ in range(config.n_layers)
         )
-        self.final_norm = (nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
-                           if config.norm_first else None)
+        self.final_norm = None
+        if config.norm_first:
+            self.final_norm = (nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
+                               if config.layer_norm else nn.Identity())
 
     def get_input_embeddings(self) -> nn.Embedding:
         """The token embedding (as Hugging Face models name it): what task.embeddings initialises."""
@@ -192,13 +204,14 @@ class GPTLMHeadModel(nn.Module):
         Generation stops once every row has produced eos_id (a row that ended early is
         padded with eos_id). With use_cache each step feeds only the newest token and reuses
         the earlier positions' keys and values; once the context would exceed max_len
-        (learned or sinusoidal positions) the cache restarts from the last max_len tokens.
+        (learned or sinusoidal positions, a table of max_len rows) the cache restarts from the last
+        max_len tokens.
         """
         if strategy not in ("greedy", "sample"):
             raise ValueError(f"strategy={strategy!r}; expected 'greedy' or 'sample'")
         if strategy == "sample" and temperature <= 0:
             raise ValueError(f"temperature={temperature} must be > 0 (use strategy=greedy for argmax)")
-        window = self.config.max_len if self.config.position != "rope" else None  # RoPE has no length bound
+        window = self.config.max_len if self.gpt.position is not None else None  # RoPE and none have no length bound
         ids, caches, step_input = input_ids, None, input_ids
         finished = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
         for _ in range(max_new_tokens):

@@ -75,8 +75,14 @@ class RotaryEmbedding(nn.Module):
         return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
 
 
+# what a model may say about positions: a table added to the embeddings (learned, sinusoidal),
+# rotary queries and keys (rope), or nothing at all (none: the encoder is then permutation-equivariant)
+POSITIONS = ("learned", "sinusoidal", "rope", "none")
+
+
 def positional_encoding(kind: str, max_len: int, d_model: int, *, layout: str = "interleaved") -> nn.Module:
-    """layout: the sinusoidal table's (SinusoidalPositionalEncoding)."""
+    """The table added to the embeddings, kind "learned" or "sinusoidal" (rope and none have none).
+    layout: the sinusoidal table's (SinusoidalPositionalEncoding)."""
     if kind == "learned":
         return LearnedPositionalEmbedding(max_len, d_model)
     if kind == "sinusoidal":
