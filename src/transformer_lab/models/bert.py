@@ -6,7 +6,8 @@ own embeddings and heads.
     hidden[:, 0] ([CLS]) ─► dense + tanh                               = pooled
     pre-training heads: masked-LM (dense, GELU, LayerNorm, decoder tied to the token
     embedding + own bias) on hidden states; next-sentence (2-way) on pooled
-    fine-tuning heads: sequence / pair classification on pooled, token labelling (tags, or
+    fine-tuning heads: sequence / pair classification on pooled (or, pool=mean, the same dense +
+    tanh over the mean of the real tokens' states), token labelling (tags, or
     tags + intent) on hidden states, extractive QA (start/end logits) on hidden states
 
 Parameter names convert one-to-one to Hugging Face `transformers` BERT checkpoints
@@ -127,8 +128,11 @@ class BertModel(nn.Module):
             else:
                 x, weights = block(x, key_padding_mask=attention_mask, return_weights=return_weights)
             attentions.append(weights)
-        pooled = torch.tanh(self.pooler(x[:, 0]))
-        return x if positions is None else x[:, 1:], pooled, attentions if return_weights else None
+        return x if positions is None else x[:, 1:], self.pool(x[:, 0]), attentions if return_weights else None
+
+    def pool(self, state: torch.Tensor) -> torch.Tensor:
+        """The pooler, dense + tanh, on one state per sequence (batch, d_model): [CLS]'s, or another summary."""
+        return torch.tanh(self.pooler(state))
 
 
 def _init_weights(module: nn.Module) -> None:
@@ -227,13 +231,33 @@ class BertForPreTraining(nn.Module):
 # ---------------------------------------------------------------------------------------
 # Fine-tuning heads (the four uses in the BERT paper)
 
+POOLINGS = ("cls", "mean")
+
+
 @dataclass
 class BertClassifierConfig(BertConfig):
     n_classes: int = 2
+    pool: str = "cls"  # cls: the [CLS] state | mean: the mean of the real tokens' states; then the pooler either way
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.pool not in POOLINGS:
+            raise ValueError(f"pool={self.pool!r}; expected one of {', '.join(POOLINGS)}")
+
+
+def mean_of_real_tokens(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """(batch, length, d_model) -> (batch, d_model): each sequence's mean state over its real tokens
+    (attention_mask True/1; None: every position)."""
+    if attention_mask is None:
+        return hidden.mean(dim=1)
+    real = attention_mask.to(hidden.dtype)[..., None]
+    return (hidden * real).sum(dim=1) / real.sum(dim=1).clamp(min=1)
 
 
 class BertForSequenceClassification(nn.Module):
-    """One sentence ([CLS] A [SEP]) or a pair ([CLS] A [SEP] B [SEP]) -> class, from the pooled [CLS]."""
+    """One sentence ([CLS] A [SEP]) or a pair ([CLS] A [SEP] B [SEP]) -> class, from the pooled [CLS]
+    (pool=cls) or the pooled mean of the real tokens' states (pool=mean: the same pooler, so the same
+    parameters and published weights load)."""
 
     def __init__(self, config: BertClassifierConfig):
         super().__init__()
@@ -249,6 +273,8 @@ class BertForSequenceClassification(nn.Module):
     def forward(self, input_ids, segment_ids=None, attention_mask=None, *, return_weights=False) -> ModelOutput:
         """logits: class logits (batch, n_classes)."""
         hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask, return_weights=return_weights)
+        if self.config.pool == "mean":
+            pooled = self.bert.pool(mean_of_real_tokens(hidden, attention_mask))
         return ModelOutput(logits=self.classifier(self.dropout(pooled)), hidden_states=hidden, attentions=attentions)
 
 
