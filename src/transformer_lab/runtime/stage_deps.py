@@ -128,7 +128,7 @@ def what_a_stage_reads(command: str, stage_name: str) -> set[Path]:
             found = []
             _walk(OmegaConf.to_container(cfg, resolve=False), found)  # hydra.callbacks included
             resolved = []
-            for key in (k for k in cfg if k != "hydra"):
+            for key in (k for k in cfg if k != "hydra" and not OmegaConf.is_missing(cfg, k)):
                 node = cfg[key]
                 _walk(OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node, resolved)
     finally:
@@ -139,7 +139,39 @@ def what_a_stage_reads(command: str, stage_name: str) -> set[Path]:
     # values that name a file of the project's own (a table schema, a builtin data file): read at run time
     pointed = {Path(v).resolve() for kind, v in resolved if kind == "value" and "/" in v and len(v) < 300}
     pointed = {p for p in pointed if p.is_file() and (p.is_relative_to(CONF) or p.is_relative_to(SRC))}
-    return closure({ROOT / script, *(m for m in modules if m)}) | files | pointed
+    reads = closure({ROOT / script, *(m for m in modules if m)}) | files | pointed
+    if config_name == "study":
+        reads |= what_a_study_runs(cfg, stage_name)
+    return reads
+
+
+def what_a_study_runs(cfg, stage_name: str) -> set[Path]:
+    """A study's stage also runs its data steps and every variant's training (or baseline runner),
+    on the real data and on the embedded fallback alike (which one runs depends on the machine,
+    the stage's deps must not)."""
+    from omegaconf import open_dict
+
+    from transformer_lab.studies.jobs import train_overrides, variant_spec, with_fallback
+
+    reads: set[Path] = set()
+    study = cfg.study
+    for embedded in (False, True):
+        for line in study.get("prepare") or []:
+            script, *overrides = shlex.split(line)
+            reads |= what_a_stage_reads(shlex.join(["python3", f"pipelines/{script}",
+                                                    *with_fallback(study, overrides, embedded)]), stage_name)
+        for variant in study.variants:
+            spec = variant_spec(study, variant)
+            if spec.get("runner"):
+                parts = spec.runner._target_.rsplit(".", 1)[0].split(".")
+                modules = {module_file(".".join(parts[:i])) for i in range(1, len(parts) + 1)}
+                reads |= closure({m for m in modules if m})
+                continue
+            with open_dict(cfg):
+                cfg.variant = variant
+            overrides = train_overrides(cfg, spec, embedded)
+            reads |= what_a_stage_reads(shlex.join(["python3", "pipelines/train.py", *overrides]), stage_name)
+    return reads
 
 
 def relative(paths: set[Path]) -> list[str]:
@@ -202,5 +234,7 @@ def _plain(node):
 
 
 if __name__ == "__main__":
-    rewritten = write()
-    print(f"dvc.yaml: deps rewritten for {len(rewritten)} stage(s)" + (f": {', '.join(rewritten)}" if rewritten else ""))
+    for dvc_yaml in (ROOT / "dvc.yaml", ROOT / "studies" / "dvc.yaml"):
+        rewritten = write(dvc_yaml)
+        print(f"{dvc_yaml.relative_to(ROOT)}: deps rewritten for {len(rewritten)} stage(s)"
+              + (f": {', '.join(rewritten)}" if rewritten else ""))

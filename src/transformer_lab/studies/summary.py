@@ -1,0 +1,194 @@
+"""A study's jobs, summed up: `studies/NAME/summary.json`, `figure.png` and the verdict.
+
+The verdict is computed, never written: the claimed variant is compared with each variant it is
+claimed to beat. A comparison *holds* where the claimed variant is better by more than the larger
+of the two seed spreads (sample standard deviations), is *contradicted* where the other is better
+by more than that, and is *not shown* in between. The study's verdict: holds if every comparison
+holds, contradicted if any is contradicted, else not shown. A run that diverged (its metric not
+finite) counts as the worst score there is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from transformer_lab.studies.jobs import JOB_FILE, variant_spec
+from transformer_lab.utils.io import atomic_write_json
+
+HOLDS, NOT_SHOWN, CONTRADICTED = "holds", "not shown", "contradicted"
+
+
+def spread(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def variant_summary(jobs: list[dict]) -> dict:
+    """mean, std, seeds (null where a run diverged), params, seconds and the probes' means."""
+    jobs = sorted(jobs, key=lambda job: job["seed"])
+    finite = [job["value"] for job in jobs if job["value"] is not None]
+    summary = {"mean": statistics.fmean(finite) if finite else None, "std": spread(finite),
+               "seeds": [job["value"] for job in jobs], "seed_ids": [job["seed"] for job in jobs],
+               "diverged": len(jobs) - len(finite), "params": jobs[0]["params"],
+               "seconds": round(statistics.fmean(job["seconds"] for job in jobs), 2)}
+    names = sorted({name for job in jobs for name in job.get("metrics", {})})
+    summary["metrics"] = {name: statistics.fmean(values) for name in names
+                          if (values := [job["metrics"][name] for job in jobs if job["metrics"].get(name) is not None])}
+    probes = [job.get("probes") or {} for job in jobs]
+    numeric = sorted({key for p in probes for key, value in p.items() if isinstance(value, (int, float))})
+    if numeric:
+        summary["probes"] = {key: statistics.fmean(p[key] for p in probes if key in p) for key in numeric}
+    loads = [p["expert_load"] for p in probes if "expert_load" in p]
+    if loads:
+        summary["probes"]["expert_load"] = [statistics.fmean(column) for column in zip(*loads)]
+    return summary
+
+
+def compare(claimed: dict, other: dict, higher_is_better: bool) -> tuple[float | None, float, str]:
+    """(difference in the claimed variant's favour, the larger seed spread, the comparison's verdict)."""
+    if claimed["mean"] is None or other["mean"] is None:
+        if claimed["mean"] is None and other["mean"] is None:
+            return None, 0.0, NOT_SHOWN
+        return None, 0.0, CONTRADICTED if claimed["mean"] is None else HOLDS
+    difference = (claimed["mean"] - other["mean"]) * (1 if higher_is_better else -1)
+    margin = max(claimed["std"], other["std"])
+    if claimed["diverged"] != other["diverged"]:  # fewer diverged runs is better whatever the mean
+        return difference, margin, HOLDS if claimed["diverged"] < other["diverged"] else CONTRADICTED
+    verdict = HOLDS if difference > margin else CONTRADICTED if -difference > margin else NOT_SHOWN
+    return difference, margin, verdict
+
+
+def overall(verdicts: list[str]) -> str:
+    if verdicts and all(v == HOLDS for v in verdicts):
+        return HOLDS
+    return CONTRADICTED if CONTRADICTED in verdicts else NOT_SHOWN
+
+
+def summarise(study: DictConfig | dict, jobs: list[dict], command: str = "",
+              mlflow: dict | None = None) -> dict:
+    """The summary.json of a study from its jobs' records."""
+    study = OmegaConf.create(study) if isinstance(study, dict) else study
+    by_variant: dict[str, list[dict]] = {}
+    for job in jobs:
+        by_variant.setdefault(job["variant"], []).append(job)
+    order = [name for name in study.variants if name in by_variant]
+    variants = {name: variant_summary(by_variant[name]) for name in order}
+    for name in order:
+        spec = variant_spec(study, name)
+        variants[name].update({key: spec[key] for key in ("group", "x") if spec.get(key) is not None})
+    comparisons = judge(study, variants, order)
+    summary = {"claim": study.claim, "metric": study.metric, "higher_is_better": bool(study.higher_is_better),
+               "claimed": study.claimed, "variants": variants,
+               "verdict": overall([c["verdict"] for c in comparisons]) if comparisons else NOT_SHOWN,
+               "comparisons": comparisons, "verdict_line": verdict_line(study, comparisons),
+               "command": command}
+    also = []
+    for claim in study.get("also") or []:  # further claims of the same runs, on other metrics
+        rescored = [{**job, "value": measured[claim.metric]} for job in jobs
+                    if claim.metric in (measured := {**(job.get("probes") or {}), **job["metrics"]})]
+        by_name: dict[str, list[dict]] = {}
+        for job in rescored:
+            by_name.setdefault(job["variant"], []).append(job)
+        scored = {name: variant_summary(by_name[name]) for name in order if name in by_name}
+        found = judge(claim, scored, list(scored))
+        also.append({"claim": claim.claim, "metric": claim.metric, "higher_is_better": bool(claim.higher_is_better),
+                     "claimed": claim.claimed,
+                     "variants": {name: {k: v[k] for k in ("mean", "std", "seeds")} for name, v in scored.items()},
+                     "verdict": overall([c["verdict"] for c in found]) if found else NOT_SHOWN,
+                     "comparisons": found, "verdict_line": verdict_line(claim, found)})
+    if also:
+        summary["also"] = also
+    if study.get("shared_data"):
+        from transformer_lab.studies.jobs import on_embedded_data
+
+        summary["data"] = "embedded (the real data is absent)" if on_embedded_data(study) else "real"
+    if study.get("finding"):
+        summary["finding"] = study.finding
+    if mlflow:
+        summary["mlflow"] = mlflow
+    return summary
+
+
+def judge(claim: DictConfig, variants: dict, order: list[str]) -> list[dict]:
+    """The claimed variant against each variant it is claimed to beat (claim.against, else all)."""
+    if claim.claimed not in variants:
+        return []
+    against = list(claim.get("against") or [name for name in order if name != claim.claimed])
+    comparisons = []
+    for name in against:
+        if name in variants:
+            difference, margin, verdict = compare(variants[claim.claimed], variants[name], bool(claim.higher_is_better))
+            comparisons.append({"variant": name, "difference": difference, "spread": margin, "verdict": verdict})
+    return comparisons
+
+
+def verdict_line(study: DictConfig, comparisons: list[dict]) -> str:
+    """One sentence per comparison: '<claimed> vs <other>: +0.031 (spread 0.008) holds'."""
+    parts = []
+    for c in comparisons:
+        difference = "n/a" if c["difference"] is None else f"{c['difference']:+.4g}"
+        parts.append(f"{study.claimed} vs {c['variant']}: {difference} (spread {c['spread']:.2g}) {c['verdict']}")
+    return "; ".join(parts)
+
+
+def read_jobs(sweep_dir: str | Path) -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted(Path(sweep_dir).rglob(JOB_FILE))]
+
+
+class StudySummary(Callback):
+    """Before the first job: the study's data prepared (study.prepare). At the end of the study's multirun: summary.json and figure.png in `out_dir` (studies/NAME), and both
+    as artifacts of the MLflow parent run, with the verdict as its tag. Runs before the sweep record
+    ends the parent (Hydra calls end callbacks in reverse order)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from transformer_lab.studies.jobs import check_requirements, on_embedded_data, prepare_data
+
+        check_requirements(config.study, config.paths.root_dir)
+        if on_embedded_data(config.study):
+            print(f"study {config.study.name}: {config.study.shared_data} is absent; on the embedded data instead")
+        prepare_data(config.study, config.paths.root_dir)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from transformer_lab.studies.figure import study_figure
+        from transformer_lab.tracking.sweeps import sweep_parent_run_id
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        jobs = read_jobs(sweep_dir)
+        if not jobs:
+            return
+        out_dir = Path(config.out_dir)
+        parent = sweep_parent_run_id(sweep_dir)
+        mlflow = {"experiment": config.task_name, "parent_run_id": parent} if parent else None
+        command = " ".join(["python pipelines/study.py", *config.hydra.overrides.task])
+        summary = summarise(config.study, jobs, command, mlflow)
+        summary["sweep_dir"] = str(sweep_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        figure = study_figure(summary, jobs, config.study, out_dir / "figure.png")
+        atomic_write_json(out_dir / "summary.json", summary)
+        print(f"\nstudy {config.study.name}: {summary['verdict']}  ({summary['verdict_line']})")
+        for name, v in summary["variants"].items():
+            mean = "diverged" if v["mean"] is None else f"{v['mean']:.4f} ± {v['std']:.4f}"
+            print(f"  {name:<16} {config.study.metric} {mean}   {v['params']:>9,} params   {v['seconds']:.0f} s")
+        print(f"  summary  {out_dir / 'summary.json'}\n  figure   {figure}")
+        if parent:
+            self.record_in_parent(config, parent, out_dir, summary)
+
+    @staticmethod
+    def record_in_parent(config: DictConfig, run_id: str, out_dir: Path, summary: dict) -> None:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(config.paths.mlflow_tracking_uri)
+        client.set_tag(run_id, "verdict", summary["verdict"])
+        client.set_tag(run_id, "claim", summary["claim"][:5000])
+        for name in ("summary.json", "figure.png"):
+            if (out_dir / name).is_file():
+                client.log_artifact(run_id, str(out_dir / name))
+        for name, v in summary["variants"].items():
+            if v["mean"] is not None and math.isfinite(v["mean"]):
+                client.log_metric(run_id, f"mean/{name}", v["mean"])
