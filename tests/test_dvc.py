@@ -141,7 +141,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     bert = project / "src/transformer_lab/models/bert.py"
     original = bert.read_text()
     bert.write_text(original + "# a comment\n")
-    stale = set(json.loads(dvc(project, "status", "--json").stdout))
+    stale = set(json.loads(dvc(project, "status", "dvc.yaml", "--json").stdout))
     assert stale == RUNS_BERT, sorted(stale ^ RUNS_BERT)
     bert.write_text(original)
 
@@ -153,7 +153,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     assert "task.lr='fast': expected a number" in failed.stderr and "previous outputs are back" in failed.stderr
     assert {p: p.read_bytes() for p in before} == before
     set_param(conf / "task" / "joint_intent_slot.yaml", "lr", "fast", "1.0e-3")
-    assert "up to date" in dvc(project, "status").stdout
+    assert "up to date" in dvc(project, "status", "dvc.yaml").stdout
 
     # A queued experiment runs in a temporary copy of the project, re-runs only what its change
     # touches, and still logs into the project's MLflow store.
@@ -165,7 +165,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
                                                  "train_atis_elmo", "train_atis_no_elmo"]
     dvc(project, "exp", "apply", "two-heads")
     assert "n_heads: 2" in (conf / "model" / "encoder.yaml").read_text()
-    assert "up to date" in dvc(project, "status").stdout
+    assert "up to date" in dvc(project, "status", "dvc.yaml").stdout
     # What the experiment changed, and what it moved, in a table that fits a terminal
     columns = dvc(project, "exp", "show", "--only-changed", "--csv").stdout.splitlines()[0].split(",")
     assert [c for c in columns if c.endswith("n_heads")] and [c for c in columns if c.endswith("val/loss")]
@@ -176,7 +176,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     set_param(conf / "task" / "bert_pretraining.yaml", "lr", "1.0e-3", "2.0e-3")
     fourth = dvc(project, "repro", "pretrain_bert")
     assert ran_stages(fourth.stdout) == ["pretrain_bert"]
-    stale = dvc(project, "status", "--json").stdout
+    stale = dvc(project, "status", "dvc.yaml", "--json").stdout
     assert sorted(json.loads(stale)) == ["finetune_atis", "finetune_pairs", "finetune_qa", "finetune_sentiment"]
     assert all("artifacts/bert/pretrain/checkpoints" in str(changes) for changes in json.loads(stale).values())
     sentiment = json.loads((project / "artifacts/bert/sentiment/metrics.json").read_text())

@@ -12,11 +12,14 @@ from transformer_lab.runtime.stage_deps import COMPUTED, expand, relative, what_
 
 STAGES = {key: (name, expanded, item) for name, stage in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].items()
           for key, (expanded, item) in expand(name, stage).items()}
+# the studies' stages (wdir: the project root): each composes every variant's training config, so slower
+STUDY_STAGES = {f"studies/dvc.yaml:{name}": (name, stage, {})
+                for name, stage in yaml.safe_load((ROOT / "studies" / "dvc.yaml").read_text())["stages"].items()}
 
 
-@pytest.mark.parametrize("key", sorted(STAGES))
+@pytest.mark.parametrize("key", [*sorted(STAGES), *(pytest.param(k, marks=pytest.mark.slow) for k in sorted(STUDY_STAGES))])
 def test_every_stage_depends_on_exactly_what_it_runs_and_reads(key):
-    name, stage, _ = STAGES[key]
+    name, stage, _ = {**STAGES, **STUDY_STAGES}[key]
     declared = {d for d in stage.get("deps", []) if d.startswith(COMPUTED)}
     needed = set(relative(what_a_stage_reads(stage["cmd"], name)))
     missing, extra = sorted(needed - declared), sorted(declared - needed)
@@ -25,7 +28,7 @@ def test_every_stage_depends_on_exactly_what_it_runs_and_reads(key):
 
 
 def test_data_dependencies_are_kept_apart_from_computed_ones():
-    for key, (_, stage, _) in STAGES.items():
+    for key, (_, stage, _) in {**STAGES, **STUDY_STAGES}.items():
         data = [d for d in stage.get("deps", []) if not d.startswith(COMPUTED)]
         assert all(re.match(r"(data|artifacts)/", d) for d in data), (key, data)
 
