@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from transformer_lab.studies.jobs import JOB_FILE, variant_spec
 from transformer_lab.utils.io import atomic_write_json
+from transformer_lab.utils.machine import machine
 
 HOLDS, NOT_SHOWN, CONTRADICTED = "holds", "not shown", "contradicted"
 
@@ -150,6 +153,7 @@ class StudySummary(Callback):
         from transformer_lab.studies.jobs import check_requirements, on_embedded_data, prepare_data
 
         check_requirements(config.study, config.paths.root_dir)
+        self.started = time.perf_counter()
         if on_embedded_data(config.study):
             print(f"study {config.study.name}: {config.study.shared_data} is absent; on the embedded data instead")
         prepare_data(config.study, config.paths.root_dir)
@@ -167,17 +171,26 @@ class StudySummary(Callback):
         mlflow = {"experiment": config.task_name, "parent_run_id": parent} if parent else None
         command = " ".join(["python pipelines/study.py", *config.hydra.overrides.task])
         summary = summarise(config.study, jobs, command, mlflow)
-        summary["sweep_dir"] = str(sweep_dir)
+        root = Path(config.paths.root_dir).resolve()
+        summary["sweep_dir"] = str(sweep_dir.resolve().relative_to(root)) if sweep_dir.resolve().is_relative_to(root) \
+            else str(sweep_dir)
+        summary["jobs"] = len(jobs)
+        if getattr(self, "started", None) is not None:
+            summary["seconds_total"] = round(time.perf_counter() - self.started, 1)  # the study's wall time, data steps included
+        summary["machine"] = {**machine(), "command": command}
         out_dir.mkdir(parents=True, exist_ok=True)
         figure = study_figure(summary, jobs, config.study, out_dir / "figure.png")
         atomic_write_json(out_dir / "summary.json", summary)
-        print(f"\nstudy {config.study.name}: {summary['verdict']}  ({summary['verdict_line']})")
+        print(f"\nstudy {config.study.name}: {summary['verdict']}  ({summary['verdict_line']})"
+              + (f"  {summary['seconds_total'] / 60:.1f} min" if "seconds_total" in summary else ""))
         for name, v in summary["variants"].items():
             mean = "diverged" if v["mean"] is None else f"{v['mean']:.4f} ± {v['std']:.4f}"
             print(f"  {name:<16} {config.study.metric} {mean}   {v['params']:>9,} params   {v['seconds']:.0f} s")
         print(f"  summary  {out_dir / 'summary.json'}\n  figure   {figure}")
         if parent:
             self.record_in_parent(config, parent, out_dir, summary)
+        if out_dir.parent.name == "studies":
+            write_index(out_dir.parent)
 
     @staticmethod
     def record_in_parent(config: DictConfig, run_id: str, out_dir: Path, summary: dict) -> None:
@@ -191,4 +204,31 @@ class StudySummary(Callback):
                 client.log_artifact(run_id, str(out_dir / name))
         for name, v in summary["variants"].items():
             if v["mean"] is not None and math.isfinite(v["mean"]):
-                client.log_metric(run_id, f"mean/{name}", v["mean"])
+                client.log_metric(run_id, "mean/" + re.sub(r"[^\w\-. :/]", "_", name), v["mean"])  # MLflow's name rules
+
+
+def write_index(studies_dir: str | Path) -> Path:
+    """studies/README.md: every study that has a summary, its claim, verdict, spread and figure (a
+    table generated from the summaries, rewritten whenever a study ends)."""
+    studies_dir = Path(studies_dir)
+    lines = ["# Studies: the course's claims, measured", "",
+             "Generated from `studies/*/summary.json` when a study ends (`python pipelines/study.py study=NAME`,",
+             "or every study: `dvc repro studies/dvc.yaml`). A verdict *holds* where the claimed variant is better",
+             "by more than the larger seed spread (sample SD over 3 seeds), *contradicted* where the other way",
+             "round, *not shown* in between; `make report` shows them beside every family's results.", "",
+             "| study | claim | verdict | claimed vs others (difference, spread) | figure |", "|---|---|---|---|---|"]
+    for path in sorted(studies_dir.glob("*/summary.json")):
+        summary = json.loads(path.read_text())
+        name = path.parent.name
+        cell = summary.get("verdict_line", "").replace("|", "/") or "(the claimed variant was not run)"
+        lines.append(f"| [{name}]({name}/summary.json) | {summary['claim']} | **{summary['verdict']}** | {cell} "
+                     f"| [figure]({name}/figure.png) |")
+        for also in summary.get("also", []):
+            lines.append(f"| | {also['claim']} | **{also['verdict']}** | {also.get('verdict_line', '').replace('|', '/')} | |")
+    lines += ["", "Each summary's `command` reran it; its `machine` says where; its MLflow parent run is in",
+              "the experiment `study/NAME` of the project's store (`make ui`)."]
+    from transformer_lab.utils.io import atomic_write_text
+
+    index = studies_dir / "README.md"
+    atomic_write_text(index, "\n".join(lines) + "\n")
+    return index
