@@ -279,3 +279,16 @@ def test_export_cli_refuses_what_it_would_destroy_and_replaces_its_own(exported,
         result = export(tmp_path / "exported")
         assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "exported" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("field, value", [("pool", "mean"), ("attention_projections", "v"), ("residual", False),
+                                          ("attention_scaled", False), ("layer_norm", False)])
+def test_a_model_transformers_cannot_express_is_refused_in_one_line(field, value):
+    from types import SimpleNamespace
+
+    from transformer_lab.inference.export import check_expressible
+
+    check_expressible(SimpleNamespace(pool="cls", residual=True), "BertForSequenceClassification")  # the defaults
+    with pytest.raises(TransformerLabError, match=f"the model has {field}={value!r}, which transformers' "
+                                                  "BertForSequenceClassification cannot express"):
+        check_expressible(SimpleNamespace(**{field: value}), "BertForSequenceClassification")

@@ -125,6 +125,22 @@ def export_spec(loaded) -> Export:
     return spec
 
 
+# Options `transformers`' BERT and GPT-2 classes have no setting for: a model trained with another
+# value would load there and compute something else without a word (the studies' ablations).
+HF_EXPRESSIBLE = {"attention_projections": "qkv", "attention_scaled": True, "residual": True, "layer_norm": True,
+                  "pool": "cls"}
+
+
+def check_expressible(config, architecture: str) -> None:
+    """One line naming the first setting of the model's config that `architecture` cannot express."""
+    for field, expressible in HF_EXPRESSIBLE.items():
+        value = getattr(config, field, expressible)
+        if value != expressible:
+            raise TransformerLabError(f"format=hf: the model has {field}={value!r}, which transformers' {architecture} "
+                                      f"cannot express (it would compute {field}={expressible!r}); the checkpoint "
+                                      "still loads with transformer_lab.pipeline")
+
+
 def hf_state(spec: Export, converter, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The trained model's weights under the `transformers` class's names: those it has a place for
     (spec.omit: not), renamed by the converter, less the prefix the class's names lack (spec.body)."""
@@ -145,6 +161,7 @@ def export_hf(loaded, out: str | Path) -> Path:
     check_out(out, family, loaded.source)
     converter = importlib.import_module(spec.converter)
     config, architecture = task.model.config, spec.architecture
+    check_expressible(config, architecture)
     labels = getattr(task.preprocessor, spec.labels) if spec.labels else None
     model = getattr(transformers, architecture)(converter.config(config, labels, architecture))
     missing, unexpected = model.load_state_dict(hf_state(spec, converter, task.model), strict=False)
