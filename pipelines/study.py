@@ -23,7 +23,8 @@ def main(cfg: DictConfig) -> float | None:
     from transformer_lab.studies.jobs import run_job  # here: --help and config errors answer at once
 
     lightning_logs_through_hydra()
-    return run_job(cfg, HydraConfig.get().runtime.output_dir)
+    hydra_config = HydraConfig.get()
+    return run_job(cfg, hydra_config.runtime.output_dir, hydra_config.sweep.dir)
 
 
 if __name__ == "__main__":

@@ -104,9 +104,65 @@ def test_attention_statistics_match_autograd_and_a_hand_computation():
     assert attention_statistics([one_hot])["init/saturated_rows"] == 1.0
 
 
+def test_a_study_scored_at_the_end_counts_a_late_divergence():
+    curve = [{"step": 10, "seconds": 1.0, "val/score": 2.0}, {"step": 20, "seconds": 2.0, "val/score": None}]
+    diverged = {**job("a", 0, 2.0), "curve": curve}  # its best checkpoint scored 2.0, then the loss went to NaN
+    assert study_summary.scored_at_the_end(diverged, "val/score")["value"] is None
+    assert study_summary.scored_at_the_end(job("b", 0, 1.5), "val/score")["value"] == 1.5  # no curve: a baseline
+    summary = study_summary.summarise(OmegaConf.merge(STUDY, {"score": "final"}), [diverged, job("b", 0, 1.5)])
+    assert summary["variants"]["a"]["diverged"] == 1 and summary["score"] == "final"
+
+
+def test_a_partial_study_names_the_jobs_it_lacks():
+    config = OmegaConf.create({"study": STUDY, "seed": 0, "hydra": {"overrides": {"task": ["study=toy"]},
+                                                                    "sweeper": {"params": {"seed": "0,1"}}}})
+    ran = [job("a", 0, 1.0), job("a", 1, 1.0), job("b", 0, 1.0)]
+    assert study_summary.missing_jobs(config, ran) == ["b seed=1", "c seed=0", "c seed=1"]
+    config.hydra.overrides.task.append("seed=0")
+    assert study_summary.missing_jobs(config, ran) == ["c seed=0"]
+
+
+def test_the_probes_leave_the_training_they_measure_as_it_was():
+    import lightning as L
+    from torch.utils.data import DataLoader, RandomSampler
+
+    from transformer_lab.models.blocks import TransformerBlock
+    from transformer_lab.studies.probes import StudyProbes
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.block = TransformerBlock(8, 2, 16, dropout=0.1)
+            self.frozen = torch.nn.Dropout(0.5).eval()  # a part kept in eval mode on purpose
+
+        def training_step(self, batch, batch_idx):
+            self.log("train/loss", 0.0)
+            states, _ = self.block(batch)
+            return states.pow(2).mean()
+
+    data = torch.randn(40, 5, 8)
+    loader = DataLoader(data, batch_size=4, sampler=RandomSampler(data, replacement=True, num_samples=40,
+                                                                   generator=torch.Generator().manual_seed(0)))
+    expected = next(iter(loader))
+    loader.sampler.generator.manual_seed(0)
+    task = Tiny().train()
+    task.frozen.eval()
+    torch.manual_seed(1)
+    before = torch.rand(1)
+    torch.manual_seed(1)
+    stats = StudyProbes(["attention_at_init", "gradients_at_init"]).at_initialisation(
+        type("Trainer", (), {"train_dataloader": loader})(), task)
+    assert torch.equal(torch.rand(1), before)  # the global random stream is where it was
+    assert torch.equal(next(iter(loader)), expected)  # the sampler's own generator too: the same first batch
+    assert task.training and task.block.training and not task.frozen.training
+    assert all(p.grad is None for p in task.parameters())
+    assert stats["init/attention_entropy"] > 0 and stats["init/score_grad_norm"] > 0
+    assert stats["init/grad_norm_block_0"] > 0
+
+
 def test_a_study_sweeps_every_variant_it_declares_unless_some_are_named():
     swept = sweep_every_variant(["study=attention_qkv"])
-    assert swept[-1] == "variant='none','v','qv','kv','qkv'"
+    assert swept == ["variant='none','v','qv','kv','qkv'", "study=attention_qkv"]
     assert sweep_every_variant(["study=attention_qkv", "variant=qkv"]) == ["study=attention_qkv", "variant=qkv"]
     assert sweep_every_variant(["--help"]) == ["--help"]
 

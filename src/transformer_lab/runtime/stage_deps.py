@@ -145,6 +145,12 @@ def what_a_stage_reads(command: str, stage_name: str) -> set[Path]:
     return reads
 
 
+def modules_above(dotted: str) -> set[Path]:
+    """The module of a dotted name (a.b.c.function) and the packages above it: importing it runs them."""
+    parts = dotted.rsplit(".", 1)[0].split(".")
+    return {m for m in (module_file(".".join(parts[:i])) for i in range(1, len(parts) + 1)) if m}
+
+
 def what_a_study_runs(cfg, stage_name: str) -> set[Path]:
     """A study's stage also runs its data steps and every variant's training (or baseline runner),
     on the real data and on the embedded fallback alike (which one runs depends on the machine,
@@ -155,6 +161,9 @@ def what_a_study_runs(cfg, stage_name: str) -> set[Path]:
 
     reads: set[Path] = set()
     study = cfg.study
+    extra = (study.get("figure") or {}).get("extra")  # a function drawn into the figure, named by its dotted path
+    if extra:
+        reads |= closure(modules_above(extra))
     for embedded in (False, True):
         for line in study.get("prepare") or []:
             script, *overrides = shlex.split(line)
@@ -163,9 +172,7 @@ def what_a_study_runs(cfg, stage_name: str) -> set[Path]:
         for variant in study.variants:
             spec = variant_spec(study, variant)
             if spec.get("runner"):
-                parts = spec.runner._target_.rsplit(".", 1)[0].split(".")
-                modules = {module_file(".".join(parts[:i])) for i in range(1, len(parts) + 1)}
-                reads |= closure({m for m in modules if m})
+                reads |= closure(modules_above(spec.runner._target_))
                 continue
             with open_dict(cfg):
                 cfg.variant = variant

@@ -22,20 +22,19 @@ JOB_FILE = "study_job.json"
 def sweep_every_variant(arguments: list[str]) -> list[str]:
     """The command line with `variant=` sweeping every variant the study declares, unless it names
     some (or no study, which Hydra then asks for)."""
-    if any(a.lstrip("+").startswith("variant=") for a in arguments) or "--help" in arguments or "-h" in arguments:
+    asks_only = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i"}  # composed in run mode: no sweep
+    if any(a.lstrip("+").startswith("variant=") for a in arguments) or asks_only & set(arguments):
         return arguments
     study = [a.split("=", 1)[1] for a in arguments if a.startswith("study=")]
     if not study:
         return arguments
-    from omegaconf import OmegaConf
-
     from transformer_lab.runtime.config import PROJECT_ROOT
 
     path = Path(PROJECT_ROOT, "conf", "study", f"{study[-1]}.yaml")
     if not path.is_file():
         return arguments  # Hydra names the options there are
     names = list(OmegaConf.load(path).study.variants)
-    return [*arguments, "variant=" + ",".join(f"'{name}'" for name in names)]
+    return ["variant=" + ",".join(f"'{name}'" for name in names), *arguments]  # first: argparse wants options last
 
 
 def variant_spec(study: DictConfig, variant: str) -> DictConfig:
@@ -168,11 +167,28 @@ def prepare_data(study: DictConfig, root: str | Path) -> None:
             raise TransformerLabError(f"study.prepare: `{line}` failed (exit {done.returncode})")
 
 
-def run_job(cfg: DictConfig, output_dir: str | Path) -> float | None:
+PREPARED = "study_data_prepared"  # in the sweep folder: the study's data steps have run
+
+
+def prepare_once(cfg: DictConfig, sweep_dir: str | Path | None) -> None:
+    """The study's requirements checked and its data steps run before its first job trains; in a job,
+    not a Hydra callback, so that a failure stops the job with its one line (Hydra only warns about
+    a callback's error, and the jobs would train on stale data)."""
+    marker = Path(sweep_dir, PREPARED) if sweep_dir else None
+    if marker is not None and marker.is_file():
+        return
+    check_requirements(cfg.study, cfg.paths.root_dir)
+    prepare_data(cfg.study, cfg.paths.root_dir)
+    if marker is not None:
+        marker.write_text("")
+
+
+def run_job(cfg: DictConfig, output_dir: str | Path, sweep_dir: str | Path | None = None) -> float | None:
     """Run the job `cfg.variant` x `cfg.seed` of `cfg.study`; returns the study's metric (what a
     sweeper would optimise) and records the job in output_dir/study_job.json."""
     output_dir = Path(output_dir)
     spec = variant_spec(cfg.study, cfg.variant)
+    prepare_once(cfg, sweep_dir)
     result = (runner_job if spec.get("runner") else train_job)(cfg, spec, output_dir)
     metric = cfg.study.metric
     if metric not in result["metrics"]:

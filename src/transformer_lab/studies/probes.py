@@ -11,13 +11,15 @@ runs (`callbacks.study_probes`):
 - `expert_load`: after training, the share of tokens each expert of every mixture-of-experts
   layer took on the last validation batch.
 
-Probes at initialisation run in eval mode (no dropout) under a forked random state and leave no
-gradient behind, so a run with probes trains exactly as one without.
+Probes at initialisation run in eval mode (no dropout), under a forked random state with the
+samplers' own generators put back, and leave no gradient behind: a run with probes trains on the
+same batches from the same weights as one without (tests/test_studies.py).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from transformer_lab.utils.io import atomic_write_json
 
 PROBES_FILE = "study_probes.json"
 SATURATED = 0.99  # a row whose largest weight reaches this is nearly one-hot
-KNOWN = ("attention_at_init", "gradients_at_init", "expert_load")
+PROBE_NAMES = ("attention_at_init", "gradients_at_init", "expert_load")
 
 
 @contextlib.contextmanager
@@ -97,15 +99,31 @@ def attention_statistics(weights: list[torch.Tensor]) -> dict[str, float]:
     return stats
 
 
+def finite_or_none(value: float) -> float | None:
+    """JSON has no NaN: a value that is not finite is recorded as null."""
+    return value if math.isfinite(value) else None
+
+
+def sampler_generators(loader) -> list[torch.Generator]:
+    """The random generators of a data loader's samplers (a sampler with its own torch.Generator
+    is not covered by fork_rng, which forks torch's global one)."""
+    found = []
+    for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        generator = getattr(sampler, "generator", None)
+        if isinstance(generator, torch.Generator) and generator not in found:
+            found.append(generator)
+    return found
+
+
 def transformer_blocks(model: nn.Module) -> list[TransformerBlock]:
     return [module for module in model.modules() if isinstance(module, TransformerBlock)]
 
 
 class StudyProbes(L.Callback):
     def __init__(self, probes: list[str] | None = None, path: str = PROBES_FILE):
-        unknown = sorted(set(probes or []) - set(KNOWN))
+        unknown = sorted(set(probes or []) - set(PROBE_NAMES))
         if unknown:
-            raise ValueError(f"study.probes: unknown {', '.join(unknown)}; known: {', '.join(KNOWN)}")
+            raise ValueError(f"study.probes: unknown {', '.join(unknown)}; known: {', '.join(PROBE_NAMES)}")
         self.probes = list(probes or [])
         self.path = Path(path)
         self.record: dict = {"curve": []}
@@ -117,9 +135,12 @@ class StudyProbes(L.Callback):
         self.started = time.perf_counter()
 
     def at_initialisation(self, trainer: L.Trainer, task: L.LightningModule) -> dict[str, float]:
-        was_training = task.training
+        modes = {module: module.training for module in task.modules()}  # a frozen part stays in eval
+        loader = trainer.train_dataloader
+        generators = sampler_generators(loader)
+        states = [generator.get_state() for generator in generators]
         with torch.random.fork_rng(devices=[]):
-            batch = next(iter(trainer.train_dataloader))
+            batch = next(iter(loader))
             batch = task.transfer_batch_to_device(batch, task.device, 0)
             task.eval()
             try:
@@ -127,7 +148,7 @@ class StudyProbes(L.Callback):
                     loss = task.training_step(batch, 0)
                     loss = loss["loss"] if isinstance(loss, dict) else loss
                     loss.backward()
-                stats = {"init/loss": float(loss)}
+                stats = {"init/loss": loss.item()}
                 if "attention_at_init" in self.probes and weights:
                     stats.update(attention_statistics(weights))
                 if "gradients_at_init" in self.probes:
@@ -136,14 +157,17 @@ class StudyProbes(L.Callback):
                         stats[f"init/grad_norm_block_{index}"] = float(torch.stack(grads).sum().sqrt()) if grads else 0.0
             finally:
                 task.zero_grad(set_to_none=True)
-                task.train(was_training)
-        return stats
+                for module, training in modes.items():
+                    module.training = training
+                for generator, state in zip(generators, states):
+                    generator.set_state(state)  # the batch drawn here is drawn again by training
+        return {name: finite_or_none(value) for name, value in stats.items()}
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or self.started is None:
             return
         point = {"step": trainer.global_step, "seconds": round(time.perf_counter() - self.started, 3)}
-        point.update({name: float(value) for name, value in trainer.callback_metrics.items()
+        point.update({name: finite_or_none(float(value)) for name, value in trainer.callback_metrics.items()
                       if name.startswith("val/") and value.numel() == 1})
         self.record["curve"].append(point)
 

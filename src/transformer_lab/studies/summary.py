@@ -77,6 +77,8 @@ def summarise(study: DictConfig | dict, jobs: list[dict], command: str = "",
               mlflow: dict | None = None) -> dict:
     """The summary.json of a study from its jobs' records."""
     study = OmegaConf.create(study) if isinstance(study, dict) else study
+    if study.get("score", "best") == "final":
+        jobs = [scored_at_the_end(job, study.metric) for job in jobs]
     by_variant: dict[str, list[dict]] = {}
     for job in jobs:
         by_variant.setdefault(job["variant"], []).append(job)
@@ -87,7 +89,7 @@ def summarise(study: DictConfig | dict, jobs: list[dict], command: str = "",
         variants[name].update({key: spec[key] for key in ("group", "x") if spec.get(key) is not None})
     comparisons = judge(study, variants, order)
     summary = {"claim": study.claim, "metric": study.metric, "higher_is_better": bool(study.higher_is_better),
-               "claimed": study.claimed, "variants": variants,
+               "score": study.get("score", "best"), "claimed": study.claimed, "variants": variants,
                "verdict": overall([c["verdict"] for c in comparisons]) if comparisons else NOT_SHOWN,
                "comparisons": comparisons, "verdict_line": verdict_line(study, comparisons),
                "command": command}
@@ -118,6 +120,17 @@ def summarise(study: DictConfig | dict, jobs: list[dict], command: str = "",
     return summary
 
 
+def scored_at_the_end(job: dict, metric: str) -> dict:
+    """The job scored by its last validation (study.score: final) instead of its best checkpoint's:
+    a run that got somewhere and then diverged is a diverged run. Baselines, which have no curve,
+    keep their score."""
+    if not job.get("curve"):
+        return job
+    last = job["curve"][-1].get(metric)
+    value = last if last is not None and math.isfinite(last) else None
+    return {**job, "value": value, "metrics": {**job["metrics"], metric: value}}
+
+
 def judge(claim: DictConfig, variants: dict, order: list[str]) -> list[dict]:
     """The claimed variant against each variant it is claimed to beat (claim.against, else all)."""
     if claim.claimed not in variants:
@@ -140,57 +153,89 @@ def verdict_line(study: DictConfig, comparisons: list[dict]) -> str:
     return "; ".join(parts)
 
 
+def write_summary(summary: dict, jobs: list[dict], study: DictConfig, out_dir: Path) -> None:
+    """summary.json and figure.png in out_dir; studies/README.md rewritten where out_dir is a study's own."""
+    from transformer_lab.studies.figure import study_figure
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    study_figure(summary, jobs, study, out_dir / "figure.png")
+    atomic_write_json(out_dir / "summary.json", summary)
+    if out_dir.parent.name == "studies":
+        write_index(out_dir.parent)
+
+
+def declared_seeds(config: DictConfig) -> list[str]:
+    """The seeds the study sweeps: the command line's `seed=` if given, else hydra.sweeper.params."""
+    given = [o.split("=", 1)[1] for o in config.hydra.overrides.task if o.startswith("seed=")]
+    swept = given[-1] if given else str(config.hydra.sweeper.params.get("seed", config.seed))
+    return [seed.strip() for seed in swept.split(",")]
+
+
+def missing_jobs(config: DictConfig, jobs: list[dict]) -> list[str]:
+    """Every declared variant x seed that has no job record (not asked for, or failed)."""
+    done = {(job["variant"], str(job["seed"])) for job in jobs}
+    return [f"{variant} seed={seed}" for variant in config.study.variants for seed in declared_seeds(config)
+            if (variant, seed) not in done]
+
+
 def read_jobs(sweep_dir: str | Path) -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted(Path(sweep_dir).rglob(JOB_FILE))]
 
 
 class StudySummary(Callback):
-    """Before the first job: the study's data prepared (study.prepare). At the end of the study's multirun: summary.json and figure.png in `out_dir` (studies/NAME), and both
-    as artifacts of the MLflow parent run, with the verdict as its tag. Runs before the sweep record
-    ends the parent (Hydra calls end callbacks in reverse order)."""
+    """At the end of the study's multirun: summary.json and figure.png, also logged in the MLflow
+    parent run with the verdict as its tag. Listed after the sweep record (conf/study.yaml), so it
+    runs first at the end (Hydra calls end callbacks in reverse order): before the parent run ends,
+    and before a failed job's exit. A study that ran every declared variant with every seed and
+    lost no job writes into studies/NAME (kept in git, studies/README.md rewritten); a partial one
+    (`variant=qkv seed=0`, or with failed jobs) writes into its sweep folder and leaves the
+    recorded study as it was."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from transformer_lab.studies.jobs import check_requirements, on_embedded_data, prepare_data
+        from transformer_lab.studies.jobs import on_embedded_data
 
-        check_requirements(config.study, config.paths.root_dir)
         self.started = time.perf_counter()
         if on_embedded_data(config.study):
             print(f"study {config.study.name}: {config.study.shared_data} is absent; on the embedded data instead")
-        prepare_data(config.study, config.paths.root_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from transformer_lab.studies.figure import study_figure
-        from transformer_lab.tracking.sweeps import sweep_parent_run_id
+        from transformer_lab.tracking.sweeps import job_outcomes, sweep_parent_run_id
 
         sweep_dir = Path(config.hydra.sweep.dir)
         jobs = read_jobs(sweep_dir)
         if not jobs:
             return
-        out_dir = Path(config.out_dir)
         parent = sweep_parent_run_id(sweep_dir)
-        mlflow = {"experiment": config.task_name, "parent_run_id": parent} if parent else None
         command = " ".join(["python pipelines/study.py", *config.hydra.overrides.task])
-        summary = summarise(config.study, jobs, command, mlflow)
+        failed = [o for o in job_outcomes(sweep_dir) if o.get("failure")]
+        missing = missing_jobs(config, jobs)
+        summary = summarise(config.study, jobs, command,
+                            {"experiment": config.task_name, "parent_run_id": parent} if parent else None)
         root = Path(config.paths.root_dir).resolve()
         summary["sweep_dir"] = str(sweep_dir.resolve().relative_to(root)) if sweep_dir.resolve().is_relative_to(root) \
             else str(sweep_dir)
         summary["jobs"] = len(jobs)
+        if failed:
+            summary["failed_jobs"] = [f"{' '.join(o['overrides'])}: {o['failure']}" for o in failed]
+        if missing:
+            summary["missing_jobs"] = missing
         if getattr(self, "started", None) is not None:
-            summary["seconds_total"] = round(time.perf_counter() - self.started, 1)  # the study's wall time, data steps included
+            summary["seconds_total"] = round(time.perf_counter() - self.started, 1)  # wall time, data steps included
         summary["machine"] = {**machine(), "command": command}
-        out_dir.mkdir(parents=True, exist_ok=True)
-        figure = study_figure(summary, jobs, config.study, out_dir / "figure.png")
-        atomic_write_json(out_dir / "summary.json", summary)
+        complete = not failed and not missing
+        out_dir = Path(config.out_dir) if complete else sweep_dir
+        write_summary(summary, jobs, config.study, out_dir)
         print(f"\nstudy {config.study.name}: {summary['verdict']}  ({summary['verdict_line']})"
               + (f"  {summary['seconds_total'] / 60:.1f} min" if "seconds_total" in summary else ""))
         for name, v in summary["variants"].items():
             mean = "diverged" if v["mean"] is None else f"{v['mean']:.4f} ± {v['std']:.4f}"
             print(f"  {name:<16} {config.study.metric} {mean}   {v['params']:>9,} params   {v['seconds']:.0f} s")
-        print(f"  summary  {out_dir / 'summary.json'}\n  figure   {figure}")
+        print(f"  summary  {out_dir / 'summary.json'}\n  figure   {out_dir / 'figure.png'}")
+        if not complete:
+            print(f"  partial ({len(missing)} of the declared jobs not run, {len(failed)} failed): "
+                  f"{config.out_dir} keeps its recorded study")
         if parent:
             self.record_in_parent(config, parent, out_dir, summary)
-        if out_dir.parent.name == "studies":
-            write_index(out_dir.parent)
 
     @staticmethod
     def record_in_parent(config: DictConfig, run_id: str, out_dir: Path, summary: dict) -> None:
@@ -232,3 +277,31 @@ def write_index(studies_dir: str | Path) -> Path:
     index = studies_dir / "README.md"
     atomic_write_text(index, "\n".join(lines) + "\n")
     return index
+
+
+def summarise_again(sweep_dir: str | Path) -> Path:
+    """A finished study's sweep summed up again from its job records, with the study's current
+    declaration (its claims, score and figure; not its variants' settings, which the jobs ran with):
+    `python -m transformer_lab.studies.summary SWEEP_DIR`."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from transformer_lab.runtime.config import compose_config
+
+    sweep_dir = Path(sweep_dir)
+    ran = OmegaConf.load(sweep_dir / "multirun.yaml")
+    GlobalHydra.instance().clear()
+    current = compose_config("study", [f"study={ran.study.name}", "variant=x"], sweep_dir)
+    OmegaConf.set_struct(ran, False)
+    ran.study = current.study
+    ran.paths = current.paths
+    ran.out_dir = current.out_dir
+    ran.hydra.sweep.dir = str(sweep_dir)
+    callback = StudySummary()
+    callback.on_multirun_end(ran)
+    return Path(ran.out_dir)
+
+
+if __name__ == "__main__":
+    import sys
+
+    summarise_again(sys.argv[1])
