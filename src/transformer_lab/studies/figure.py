@@ -17,12 +17,14 @@ CLAIMED, OTHER = "#1f77b4", "#9a9a9a"
 def study_figure(summary: dict, jobs: list[dict], study: DictConfig, out_png: str | Path) -> Path:
     spec = study.get("figure") or {}
     panels = [scores_panel]
+    # curves and per-block probes of the variants the claim compares (every variant's would not read)
+    focus = list(spec.get("focus") or ([study.claimed, *study.against] if study.get("against") else summary["variants"]))
     curves = spec.get("curves")
     if curves and any(job["curve"] for job in jobs):
-        panels += [lambda ax, s, j, _: curve_panel(ax, s, j, curves, "step"),
-                   lambda ax, s, j, _: curve_panel(ax, s, j, curves, "seconds")]
+        panels += [lambda ax, s, j, _: curve_panel(ax, s, j, curves, "step", focus),
+                   lambda ax, s, j, _: curve_panel(ax, s, j, curves, "seconds", focus)]
     for probe in spec.get("probes") or []:
-        panels.append(lambda ax, s, j, _, probe=probe: probe_panel(ax, s, probe))
+        panels.append(lambda ax, s, j, _, probe=probe: probe_panel(ax, s, probe, focus))
     if spec.get("extra"):
         panels.append(lambda ax, s, j, _: get_method(spec.extra)(ax))
     columns = min(3, len(panels))
@@ -91,9 +93,9 @@ def scores_panel(ax, summary: dict, jobs: list[dict], study: DictConfig) -> None
     ax.grid(alpha=0.3)
 
 
-def curve_panel(ax, summary: dict, jobs: list[dict], metric: str, x_key: str) -> None:
-    """The validation metric against steps or seconds, the mean over seeds of each variant."""
-    for name in summary["variants"]:
+def curve_panel(ax, summary: dict, jobs: list[dict], metric: str, x_key: str, focus: list[str]) -> None:
+    """The validation metric against steps or seconds, the mean over seeds of each variant in focus."""
+    for name in (n for n in summary["variants"] if n in focus):
         curves = [job["curve"] for job in jobs if job["variant"] == name and job["curve"]]
         if not curves:
             continue
@@ -111,12 +113,12 @@ def curve_panel(ax, summary: dict, jobs: list[dict], metric: str, x_key: str) ->
     ax.grid(alpha=0.3)
 
 
-def probe_panel(ax, summary: dict, probe: str) -> None:
-    """One probe per variant; `init/grad_norm_block_*` as a line over the blocks."""
+def probe_panel(ax, summary: dict, probe: str, focus: list[str]) -> None:
+    """One probe per variant; `init/grad_norm_block_*` as a line over the blocks, per variant in focus."""
     variants = summary["variants"]
     if probe.endswith("*"):
         prefix = probe[:-1]
-        for name, v in variants.items():
+        for name, v in ((n, v) for n, v in variants.items() if n in focus):
             values = [(int(k[len(prefix):]), value) for k, value in (v.get("probes") or {}).items()
                       if k.startswith(prefix)]
             if values:
@@ -130,5 +132,6 @@ def probe_panel(ax, summary: dict, probe: str) -> None:
         ax.bar(range(len(names)), [variants[n]["probes"][probe] for n in names],
                color=[CLAIMED if n == summary.get("claimed") else OTHER for n in names])
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
-    ax.set_title(probe.rstrip("*"), fontsize=9)
+    titles = {"init/grad_norm_block_*": "gradient norm of each block at initialisation"}
+    ax.set_title(titles.get(probe, probe), fontsize=9)
     ax.grid(alpha=0.3)
