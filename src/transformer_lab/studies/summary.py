@@ -260,7 +260,9 @@ def write_index(studies_dir: str | Path) -> Path:
              "Generated from `studies/*/summary.json` when a study ends (`python pipelines/study.py study=NAME`,",
              "or every study: `dvc repro studies/dvc.yaml`). A verdict *holds* where the claimed variant is better",
              "by more than the larger seed spread (sample SD over 3 seeds), *contradicted* where the other way",
-             "round, *not shown* in between; `make report` shows them beside every family's results.", "",
+             "round, *not shown* in between; `make report` shows them beside every family's results. With three",
+             "seeds this is a modest bar (a difference beyond the seed-to-seed scatter, not a significance test):",
+             "read *holds* as 'shown at this size', and every figure with its spread.", "",
              "| study | claim | verdict | claimed vs others (difference, spread) | figure |", "|---|---|---|---|---|"]
     for path in sorted(studies_dir.glob("*/summary.json")):
         summary = json.loads(path.read_text())
