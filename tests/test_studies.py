@@ -175,6 +175,15 @@ def test_on_a_clone_without_the_real_data_a_study_runs_on_the_embedded_data(tmp_
     assert with_fallback(study, list(study.base)) == ["experiment=atis/full", "data=atis_local"]
 
 
+def test_a_variant_trains_with_the_base_then_its_group_then_its_own_overrides():
+    cfg = OmegaConf.create({"seed": 1, "task_name": "study/toy", "study": {
+        "base": ["experiment=atis/full"], "group_overrides": {"g": ["model.d_model=64", "data=atis_local"]},
+        "fallback": {"data=atis_local": "data=atis"}, "shared_data": "/nonexistent", "variants": {}}})
+    spec = OmegaConf.create({"overrides": ["model.n_heads=2"], "group": "g"})
+    assert train_overrides(cfg, spec)[:5] == ["experiment=atis/full", "model.d_model=64", "data=atis",
+                                              "model.n_heads=2", "seed=1"]
+
+
 @pytest.mark.parametrize("name", STUDIES)
 def test_every_variant_of_every_study_composes_and_passes_the_config_checks(name, tmp_path):
     from hydra.core.global_hydra import GlobalHydra

@@ -69,7 +69,8 @@ def train_overrides(cfg: DictConfig, spec: DictConfig, embedded: bool | None = N
     runs are measurements, not candidates for serving)."""
     study = cfg.study
     probes = list(study.get("probes") or [])
-    chosen = with_fallback(study, [*(study.get("base") or []), *spec.overrides], embedded)
+    shared = (study.get("group_overrides") or {}).get(spec.get("group"), [])  # what every variant of its group sets
+    chosen = with_fallback(study, [*(study.get("base") or []), *shared, *spec.overrides], embedded)
     return [*chosen, f"seed={cfg.seed}", f"task_name={cfg.task_name}",
             "tracking.register=false", "tracking.log_trained_model=false",
             "+callbacks.study_probes._target_=transformer_lab.studies.probes.StudyProbes",
