@@ -129,9 +129,19 @@ def probe_panel(ax, summary: dict, probe: str, focus: list[str]) -> None:
         ax.legend(fontsize=7)
     else:
         names = [name for name, v in variants.items() if probe in (v.get("probes") or {})]
-        ax.bar(range(len(names)), [variants[n]["probes"][probe] for n in names],
-               color=[CLAIMED if n == summary.get("claimed") else OTHER for n in names])
-        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
-    titles = {"init/grad_norm_block_*": "gradient norm of each block at initialisation"}
+        values = [variants[n]["probes"][probe] for n in names]
+        if values and isinstance(values[0], list):  # a share per expert, largest first: grouped bars
+            width = 0.8 / len(names)
+            for i, (name, shares) in enumerate(zip(names, values)):
+                ax.bar([rank + i * width for rank in range(len(shares))], shares, width, label=name)
+            ax.set_xticks([rank + 0.4 - width / 2 for rank in range(len(values[0]))],
+                          [f"#{rank + 1}" for rank in range(len(values[0]))])
+            ax.set_xlabel("experts, busiest first")
+            ax.legend(fontsize=7)
+        else:
+            ax.bar(range(len(names)), values, color=[CLAIMED if n == summary.get("claimed") else OTHER for n in names])
+            ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    titles = {"init/grad_norm_block_*": "gradient norm of each block at initialisation",
+              "expert_load": "share of the tokens each expert took (last validation batch)"}
     ax.set_title(titles.get(probe, probe), fontsize=9)
     ax.grid(alpha=0.3)

@@ -164,6 +164,14 @@ def write_summary(summary: dict, jobs: list[dict], study: DictConfig, out_dir: P
         write_index(out_dir.parent)
 
 
+def study_command(config: DictConfig) -> str:
+    """The command that ran the study, less the `variant=` that study.py adds when none is named."""
+    every = ",".join(f"'{name}'" for name in config.study.variants)
+    overrides = [o for o in config.hydra.overrides.task if o != f"variant={every}"]
+    study = [o for o in overrides if o.startswith("study=")]
+    return " ".join(["python pipelines/study.py", *study, *(o for o in overrides if o not in study)])
+
+
 def declared_seeds(config: DictConfig) -> list[str]:
     """The seeds the study sweeps: the command line's `seed=` if given, else hydra.sweeper.params."""
     given = [o.split("=", 1)[1] for o in config.hydra.overrides.task if o.startswith("seed=")]
@@ -206,7 +214,7 @@ class StudySummary(Callback):
         if not jobs:
             return
         parent = sweep_parent_run_id(sweep_dir)
-        command = " ".join(["python pipelines/study.py", *config.hydra.overrides.task])
+        command = study_command(config)
         failed = [o for o in job_outcomes(sweep_dir) if o.get("failure")]
         missing = missing_jobs(config, jobs)
         summary = summarise(config.study, jobs, command,
@@ -298,8 +306,15 @@ def summarise_again(sweep_dir: str | Path) -> Path:
     ran.paths = current.paths
     ran.out_dir = current.out_dir
     ran.hydra.sweep.dir = str(sweep_dir)
+    previous = Path(ran.out_dir, "summary.json")
+    previous = json.loads(previous.read_text()) if previous.is_file() else {}
     callback = StudySummary()
     callback.on_multirun_end(ran)
+    if previous.get("sweep_dir") and Path(ran.paths.root_dir, previous["sweep_dir"]).resolve() == sweep_dir.resolve():
+        # the same sweep: its wall time and machine are the run's, not this summing up's
+        summary = json.loads(Path(ran.out_dir, "summary.json").read_text())
+        summary.update({key: previous[key] for key in ("seconds_total", "machine") if key in previous})
+        atomic_write_json(Path(ran.out_dir, "summary.json"), summary)
     return Path(ran.out_dir)
 
 
