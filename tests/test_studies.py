@@ -216,7 +216,7 @@ study:
   claimed: two
   prepare: [prepare.py data.prepared_dir={prepared} {tiny}]
   base: [experiment=atis/builtin, data.prepared_dir={prepared}, trainer.max_epochs=1, ++trainer.limit_train_batches=3,
-         ++trainer.limit_val_batches=1, callbacks.rich_progress_bar=null]
+         ++trainer.limit_val_batches=1]
   probes: [attention_at_init, gradients_at_init]
   figure: {{curves: val/slot_f1, probes: [init/attention_entropy, "init/grad_norm_block_*"]}}
   variants:

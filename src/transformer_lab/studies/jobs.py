@@ -66,13 +66,14 @@ def with_fallback(study: DictConfig, overrides: list[str], embedded: bool | None
 def train_overrides(cfg: DictConfig, spec: DictConfig, embedded: bool | None = None) -> list[str]:
     """pipelines/train.py's overrides for this job: the study's shared ones, the variant's, the seed,
     the study's experiment, and a probe callback; nothing registered, no model logged (a study's
-    runs are measurements, not candidates for serving)."""
+    runs are measurements, not candidates for serving), no progress bar."""
     study = cfg.study
     probes = list(study.get("probes") or [])
     shared = (study.get("group_overrides") or {}).get(spec.get("group"), [])  # what every variant of its group sets
     chosen = with_fallback(study, [*(study.get("base") or []), *shared, *spec.overrides], embedded)
     return [*chosen, f"seed={cfg.seed}", f"task_name={cfg.task_name}",
             "tracking.register=false", "tracking.log_trained_model=false",
+            "callbacks.rich_progress_bar=null",  # dozens of short runs: each one's summary line says enough
             "+callbacks.study_probes._target_=transformer_lab.studies.probes.StudyProbes",
             f"+callbacks.study_probes.probes=[{','.join(probes)}]",
             f"+callbacks.study_probes.path={PROBES_FILE}",
