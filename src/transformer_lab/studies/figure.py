@@ -25,6 +25,10 @@ def study_figure(summary: dict, jobs: list[dict], study: DictConfig, out_png: st
                    lambda ax, s, j, _: curve_panel(ax, s, j, curves, "seconds", focus)]
     for probe in spec.get("probes") or []:
         panels.append(lambda ax, s, j, _, probe=probe: probe_panel(ax, s, probe, focus))
+    for x_key in spec.get("scatter") or []:  # the score against each variant's parameters or seconds
+        panels.append(lambda ax, s, j, _, x_key=x_key: scatter_panel(ax, s, x_key))
+    for metric in spec.get("metrics") or []:  # another metric the runs logged, per variant
+        panels.append(lambda ax, s, j, _, metric=metric: metric_panel(ax, s, metric))
     if spec.get("extra"):
         panels.append(lambda ax, s, j, _: get_method(spec.extra)(ax))
     columns = min(3, len(panels))
@@ -144,4 +148,30 @@ def probe_panel(ax, summary: dict, probe: str, focus: list[str]) -> None:
     titles = {"init/grad_norm_block_*": "gradient norm of each block at initialisation",
               "expert_load": "share of the tokens each expert took (last validation batch)"}
     ax.set_title(titles.get(probe, probe), fontsize=9)
+    ax.grid(alpha=0.3)
+
+
+def scatter_panel(ax, summary: dict, x_key: str) -> None:
+    """Each variant's mean score against its parameters or its seconds a run, labelled."""
+    for name, v in summary["variants"].items():
+        if v["mean"] is None or not v.get(x_key):
+            continue
+        colour = CLAIMED if name == summary.get("claimed") else OTHER
+        ax.errorbar(v[x_key], v["mean"], yerr=v["std"], fmt="o", color=colour, capsize=2)
+        ax.annotate(name, (v[x_key], v["mean"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel({"params": "parameters", "seconds": "seconds a run"}.get(x_key, x_key))
+    if x_key == "params":
+        ax.xaxis.set_major_formatter(lambda value, _: f"{value / 1e3:.0f}k")
+    ax.set_ylabel(summary["metric"])
+    ax.set_title(f"score against {x_key}", fontsize=9)
+    ax.grid(alpha=0.3)
+
+
+def metric_panel(ax, summary: dict, metric: str) -> None:
+    """Another metric of the same runs, a bar per variant (e.g. token accuracy beside slot F1)."""
+    names = [n for n, v in summary["variants"].items() if (v.get("metrics") or {}).get(metric) is not None]
+    ax.bar(range(len(names)), [summary["variants"][n]["metrics"][metric] for n in names],
+           color=[CLAIMED if n == summary.get("claimed") else OTHER for n in names])
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=7)
+    ax.set_title(f"{metric} (mean over seeds)", fontsize=9)
     ax.grid(alpha=0.3)
