@@ -19,6 +19,7 @@ LEVELS = [
     {"inference"},
     {"training"},
     {"evaluation"},
+    {"studies"},
     {"runtime"},
 ]
 # models/ is the pure-PyTorch floor: nothing of the project but models/, not even errors (checked

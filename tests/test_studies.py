@@ -162,7 +162,7 @@ def test_the_probes_leave_the_training_they_measure_as_it_was():
 
 def test_a_study_sweeps_every_variant_it_declares_unless_some_are_named():
     swept = sweep_every_variant(["study=attention_qkv"])
-    assert swept == ["variant='none','v','qv','kv','qkv'", "study=attention_qkv"]
+    assert swept == ["--multirun", "variant='none','v','qv','kv','qkv'", "study=attention_qkv"]
     assert sweep_every_variant(["study=attention_qkv", "variant=qkv"]) == ["study=attention_qkv", "variant=qkv"]
     assert sweep_every_variant(["--help"]) == ["--help"]
 

@@ -229,7 +229,7 @@ def test_resume_arguments_are_the_runs_own_with_the_command_line_on_top(tmp_path
 
 HEAVY_MODULES = {"torch", "lightning", "mlflow", "transformers", "pandas"}
 ENTRY_POINTS = sorted(p.name for p in (ROOT / "pipelines").glob("[!_]*.py"))
-CHOICE = {"evaluate.py": ["evaluate=vit"]}  # the entry points that compose nothing without a config group's choice
+CHOICE = {"evaluate.py": ["evaluate=vit"], "study.py": ["study=positions"]}  # the entry points that compose nothing without a config group's choice
 
 
 def refused(args: list, env: dict | None = None) -> tuple[str, set[str]]:

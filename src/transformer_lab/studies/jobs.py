@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -28,13 +29,14 @@ def sweep_every_variant(arguments: list[str]) -> list[str]:
     study = [a.split("=", 1)[1] for a in arguments if a.startswith("study=")]
     if not study:
         return arguments
-    from transformer_lab.runtime.config import PROJECT_ROOT
-
-    path = Path(PROJECT_ROOT, "conf", "study", f"{study[-1]}.yaml")
+    root = os.environ.get("PROJECT_ROOT") or Path(__file__).resolve().parents[3]  # set by the entry point's bootstrap
+    path = Path(root, "conf", "study", f"{study[-1]}.yaml")
     if not path.is_file():
         return arguments  # Hydra names the options there are
     names = list(OmegaConf.load(path).study.variants)
-    return ["variant=" + ",".join(f"'{name}'" for name in names), *arguments]  # first: argparse wants options last
+    # --multirun: a study is a sweep even where Hydra cannot compose it (it then names the real mistake,
+    # not the variant list); first, as argparse wants the overrides together
+    return ["--multirun", "variant=" + ",".join(f"'{name}'" for name in names), *arguments]
 
 
 def variant_spec(study: DictConfig, variant: str) -> DictConfig:

@@ -293,14 +293,18 @@ def summarise_again(sweep_dir: str | Path) -> Path:
     """A finished study's sweep summed up again from its job records, with the study's current
     declaration (its claims, score and figure; not its variants' settings, which the jobs ran with):
     `python -m transformer_lab.studies.summary SWEEP_DIR`."""
-    from hydra.core.global_hydra import GlobalHydra
+    import os
 
-    from transformer_lab.runtime.config import compose_config
+    from hydra import compose, initialize_config_dir
+
+    from transformer_lab.utils.resolvers import register_resolvers
 
     sweep_dir = Path(sweep_dir)
     ran = OmegaConf.load(sweep_dir / "multirun.yaml")
-    GlobalHydra.instance().clear()
-    current = compose_config("study", [f"study={ran.study.name}", "variant=x"], sweep_dir)
+    register_resolvers()
+    root = os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parents[3]))
+    with initialize_config_dir(config_dir=str(Path(root, "conf")), version_base="1.3"):
+        current = compose("study", overrides=[f"study={ran.study.name}", "variant=x"])
     OmegaConf.set_struct(ran, False)
     ran.study = current.study
     ran.paths = current.paths
