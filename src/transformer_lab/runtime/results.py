@@ -37,6 +37,9 @@ class Row:
     old: dict[str, object] | None = None  # at --rev; None: no --rev
 
 
+STUDIES = "studies" + os.sep  # studies/dvc.yaml's summaries: tables of their own (studies/README.md, make report)
+
+
 def family_of(stage: str) -> str:
     """The family whose stages list `stage` (a `foreach`/`matrix` stage by its name before the @)."""
     name = stage.split("@", 1)[0]
@@ -72,6 +75,7 @@ def read(repo_dir: str | None, rev: str | None) -> tuple[dict[str, str], dict[st
         with Repo(repo_dir) as repo:
             stage_of = {os.path.relpath(out.fs_path, repo.root_dir): stage.name
                         for stage in repo.index.stages for out in stage.outs if out.metric}
+            stage_of = {path: stage for path, stage in stage_of.items() if not path.startswith(STUDIES)}
             shown = repo.metrics.show(revs=[rev] if rev else None, hide_workspace=False)
     except (DvcException, SCMError) as err:
         raise TransformerLabError(" ".join(str(err).split())) from None
@@ -80,7 +84,8 @@ def read(repo_dir: str | None, rev: str | None) -> tuple[dict[str, str], dict[st
         result = shown.get(revision, {})
         if "error" in result:
             raise TransformerLabError(f"{revision or 'workspace'}: {' '.join(str(result['error']).split())}")
-        return {path: file["data"] for path, file in result.get("data", {}).items() if "data" in file}
+        return {path: file["data"] for path, file in result.get("data", {}).items()
+                if "data" in file and not path.startswith(STUDIES)}
 
     # DVC names the workspace "" when it reads no other revision, else "workspace" beside the revision's names
     if not rev:
