@@ -116,6 +116,7 @@ def text_of(page: str) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", page).split())
 
 
+@pytest.mark.slow  # the tiny lab's real MLflow store takes half a minute a worker
 def test_the_report_shows_each_number_beside_its_file_and_what_is_not_run_with_its_command(lab, store):
     page, markdown = build(lab)
     text = text_of(page)
@@ -164,6 +165,7 @@ def test_the_report_shows_each_number_beside_its_file_and_what_is_not_run_with_i
     assert build(lab) == (page, markdown)
 
 
+@pytest.mark.slow  # the tiny lab's real MLflow store takes half a minute a worker
 def test_what_the_files_no_longer_say_is_not_shown(lab):
     (lab / "docs/families/atis.md").write_text("the published figures moved elsewhere\n")
     write_json(lab / "benchmarks/results/atis.json", {"intent_acc": 0.9619, "machine": MACHINE})
@@ -178,6 +180,7 @@ def test_what_the_files_no_longer_say_is_not_shown(lab):
     assert "the machine record lacks cpu_count, torch, date, command" in text_of(build(lab)[0])
 
 
+@pytest.mark.slow  # the tiny lab's real MLflow store takes half a minute a worker
 def test_an_out_folder_that_is_not_a_report_is_left_alone(lab, capsys):
     keep = lab / "docs"
     assert report.main(["--root", str(lab), "--out", str(keep)]) == 2
@@ -221,6 +224,7 @@ CHECK = """<script>addEventListener('load', () => {
 });</script>"""
 
 
+@pytest.mark.slow  # the tiny lab's real MLflow store takes half a minute a worker
 def test_headless_chromium_renders_the_page_from_disk_with_its_images(lab):
     if shutil.which("chromium") is None:
         pytest.skip("no chromium on PATH (apt-get install chromium): the page is not rendered")

@@ -184,6 +184,7 @@ def test_a_variant_trains_with_the_base_then_its_group_then_its_own_overrides():
                                               "model.n_heads=2", "seed=1"]
 
 
+@pytest.mark.slow  # every variant's training config, composed: a minute (test_pipeline_deps composes them too)
 @pytest.mark.parametrize("name", STUDIES)
 def test_every_variant_of_every_study_composes_and_passes_the_config_checks(name, tmp_path):
     from hydra.core.global_hydra import GlobalHydra
