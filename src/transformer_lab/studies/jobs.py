@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.studies.probes import PROBES_FILE
+from transformer_lab.studies.probes import PROBES_FILE, finite_or_none
 from transformer_lab.utils.io import atomic_write_json
 
 JOB_FILE = "study_job.json"
@@ -36,7 +36,12 @@ def sweep_every_variant(arguments: list[str]) -> list[str]:
     names = list(OmegaConf.load(path).study.variants)
     # --multirun: a study is a sweep even where Hydra cannot compose it (it then names the real mistake,
     # not the variant list); first, as argparse wants the overrides together
-    return ["--multirun", "variant=" + ",".join(f"'{name}'" for name in names), *arguments]
+    return ["--multirun", every_variant(names), *arguments]
+
+
+def every_variant(names) -> str:
+    """The `variant=` override that sweeps the given variants (quoted: names hold @ and dots)."""
+    return "variant=" + ",".join(f"'{name}'" for name in names)
 
 
 def variant_spec(study: DictConfig, variant: str) -> DictConfig:
@@ -199,15 +204,10 @@ def run_job(cfg: DictConfig, output_dir: str | Path, sweep_dir: str | Path | Non
         raise TransformerLabError(f"study.metric={metric}: variant {cfg.variant} recorded only "
                                   f"{', '.join(sorted(result['metrics']))}")
     value = float(result["metrics"][metric])
-    record = {"variant": cfg.variant, "seed": int(cfg.seed), "value": value if math.isfinite(value) else None,
+    record = {"variant": cfg.variant, "seed": int(cfg.seed), "value": finite_or_none(value),
               "params": int(result["params"]), "seconds": round(float(result["seconds"]), 2),
-              "steps": result.get("steps"), "metrics": {k: finite_or_none(v) for k, v in result["metrics"].items()},
+              "steps": result.get("steps"), "metrics": {k: finite_or_none(float(v)) for k, v in result["metrics"].items()},
               "curve": result["curve"], "probes": result["probes"]}
     atomic_write_json(output_dir / JOB_FILE, record)
     return record["value"]
 
-
-def finite_or_none(value) -> float | None:
-    """JSON has no NaN: a diverged run's loss is recorded as null."""
-    value = float(value)
-    return value if math.isfinite(value) else None

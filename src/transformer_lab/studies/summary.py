@@ -166,8 +166,9 @@ def write_summary(summary: dict, jobs: list[dict], study: DictConfig, out_dir: P
 
 def study_command(config: DictConfig) -> str:
     """The command that ran the study, less the `variant=` that study.py adds when none is named."""
-    every = ",".join(f"'{name}'" for name in config.study.variants)
-    overrides = [o for o in config.hydra.overrides.task if o != f"variant={every}"]
+    from transformer_lab.studies.jobs import every_variant
+
+    overrides = [o for o in config.hydra.overrides.task if o != every_variant(config.study.variants)]
     study = [o for o in overrides if o.startswith("study=")]
     return " ".join(["python pipelines/study.py", *study, *(o for o in overrides if o not in study)])
 
