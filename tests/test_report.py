@@ -7,6 +7,7 @@ disk with the network cut and every image must load."""
 
 import ast
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -81,9 +82,12 @@ def store(tmp_path_factory) -> tuple[Path, dict]:
 
 
 @pytest.fixture
-def lab(tmp_path, store) -> Path:
+def lab(tmp_path, store, monkeypatch) -> Path:
     from dvc.repo import Repo
 
+    # An earlier test in this worker may have run DVC's CLI in-process, which points the "dvc" logger at
+    # the stdout pytest captured then and has closed since; the report's DVC calls log through the root.
+    monkeypatch.setattr(logging.getLogger("dvc"), "handlers", [])
     db, ids = store
     root = tmp_path / "lab"
     root.mkdir()
