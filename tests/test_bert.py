@@ -14,7 +14,7 @@ from transformer_lab.data.bert import (
 )
 from transformer_lab.data.corpus import prepare
 from transformer_lab.data.tokenizers import prepare_tokenizers
-from transformer_lab.errors import TransformerLabError
+from transformer_lab.errors import DataError, TransformerLabError
 from transformer_lab.models.bert import (
     SIZES,
     BertConfig,
@@ -208,6 +208,46 @@ def test_masking_statistics_follow_15_80_10_10_and_spare_specials():
     assert randomised.sum().item() / n == pytest.approx(0.1, abs=0.01)
     assert corrupted[randomised].min() >= 5  # random tokens are never specials
     assert torch.equal(corrupted[~chosen], ids[~chosen])
+
+
+@pytest.mark.parametrize("masking", [{"mask": 1.0, "random": 0.0, "keep": 0.0}, {"mask": 0.8, "random": 0.2, "keep": 0.0}])
+def test_masking_shares_are_the_configured_ones(masking):
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 1000, (400, 128), generator=generator)
+    maskable = torch.ones_like(ids, dtype=torch.bool)
+    corrupted, labels = mask_tokens(ids, maskable, SPECIALS["mask"], 1000, 5, generator=generator, masking=masking)
+    chosen = labels != IGNORE_INDEX
+    n = chosen.sum().item()
+    to_mask = ((corrupted == SPECIALS["mask"]) & chosen).sum().item() / n
+    changed = ((corrupted != ids) & (corrupted != SPECIALS["mask"]) & chosen).sum().item() / n
+    assert to_mask == pytest.approx(masking["mask"], abs=0.01)
+    assert changed == pytest.approx(masking["random"] * 994 / 995, abs=0.01)
+
+
+def test_masking_shares_that_do_not_sum_to_one_are_one_line():
+    with pytest.raises(DataError, match=r"data.datamodule.masking=.*summing to 1"):
+        BertPretrainingDataModule("unused", "unused", masking={"mask": 0.8, "random": 0.1, "keep": 0.2})
+
+
+def test_single_sentence_pretraining_has_no_next_sentence_label_and_learns_the_masked_lm(corpus_and_tokenizer, tmp_path):
+    corpus, tokenizer = corpus_and_tokenizer
+    L.seed_everything(0)
+    dm = BertPretrainingDataModule(str(corpus), str(tokenizer), max_len=48, batch_size=32, max_documents=120,
+                                   next_sentence=False)
+    dm.setup()
+    batch = next(iter(dm.train_dataloader()))
+    assert "is_next" not in batch and not batch["segment_ids"].any()
+    for row, real in zip(batch["input_ids"], batch["attention_mask"]):
+        sep = torch.nonzero(row == dm.specials["sep"]).flatten()
+        assert row[0] == dm.specials["cls"] and len(sep) == 1 and real.sum() == sep[0] + 1
+    config = BertConfig(size="tiny", n_layers=1, d_model=64, n_heads=2, **dm.model_kwargs())
+    task = BertPretrainingTask(config.to_dict(), dm.preprocessor.to_state(), lr=2e-3)
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, num_sanity_val_steps=0)
+    trainer.fit(task, dm)
+    metrics = trainer.callback_metrics
+    assert "val/nsp_loss" not in metrics and "val/nsp_acc" not in metrics
+    assert metrics["val/loss"] == metrics["val/mlm_loss"] < np.log(config.vocab_size) - 1.0
 
 
 def test_next_sentence_pairs_are_balanced_and_notnext_crosses_documents():

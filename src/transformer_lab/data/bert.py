@@ -3,11 +3,14 @@ next-sentence pairs from a prepared corpus, and masked-LM masking on the fly per
 
 Pre-training examples keep the corpus' documents: B is the sentence that follows A in its
 document half of the time (IsNext) and a sentence from another document otherwise
-(NotNext), as in the BERT paper.
+(NotNext), as in the BERT paper. With next_sentence=False an example is one sentence,
+`[CLS] A [SEP]`, and only the masked LM learns (RoBERTa dropped NSP; a corpus of single
+sentences, such as a task's own unlabelled inputs, has no next sentence to predict).
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from transformer_lab.data.tokenizers import load_tokenizer
 from transformer_lab.errors import DataError
 
 IGNORE_INDEX = -100  # cross_entropy's default: no loss at this position
+BERT_MASKING = {"mask": 0.8, "random": 0.1, "keep": 0.1}  # what becomes of a chosen token (the paper's 80/10/10)
 TRUNCATION = ("head", "tail", "head_tail")
 
 
@@ -83,21 +87,31 @@ def pad_batch(items: list[dict], pad_id: int, keys: tuple[str, ...] = ("input_id
     return out
 
 
+def check_masking(masking: dict[str, float]) -> dict[str, float]:
+    """{mask, random, keep}: the shares of chosen tokens that become [MASK], a random token, or stay."""
+    if set(masking) != set(BERT_MASKING) or any(v < 0 for v in masking.values()) \
+            or abs(sum(masking.values()) - 1) > 1e-6:
+        raise DataError(f"data.datamodule.masking={dict(masking)}: expected shares mask, random, keep "
+                        "(each >= 0, summing to 1), e.g. {mask: 0.8, random: 0.1, keep: 0.1}")
+    return {key: float(masking[key]) for key in BERT_MASKING}
+
+
 def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, vocab_size: int,
-                first_normal_id: int, probability: float = 0.15,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                first_normal_id: int, probability: float = 0.15, generator: torch.Generator | None = None,
+                masking: dict[str, float] = BERT_MASKING) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masked-LM corruption. Each maskable position (not special, not padding) is
-    chosen with `probability`; a chosen token becomes [MASK] 80% of the time, a random normal
-    token 10%, and stays itself 10%. Returns the corrupted ids and labels (the original id at
-    chosen positions, IGNORE_INDEX elsewhere, so the loss sees only chosen positions)."""
+    chosen with `probability`; a chosen token becomes [MASK] (masking["mask"], 80% in the paper),
+    a random normal token (masking["random"], 10%) or stays itself (the rest, 10%). Returns the
+    corrupted ids and labels (the original id at chosen positions, IGNORE_INDEX elsewhere, so the
+    loss sees only chosen positions)."""
     def uniform() -> torch.Tensor:
         return torch.rand(input_ids.shape, generator=generator)
 
     chosen = (uniform() < probability) & maskable
     labels = input_ids.masked_fill(~chosen, IGNORE_INDEX)
     action = uniform()
-    to_mask = chosen & (action < 0.8)
-    to_random = chosen & (action >= 0.8) & (action < 0.9)
+    to_mask = chosen & (action < masking["mask"])
+    to_random = chosen & (action >= masking["mask"]) & (action < masking["mask"] + masking["random"])
     random_ids = torch.randint(first_normal_id, vocab_size, input_ids.shape, generator=generator)
     corrupted = input_ids.masked_fill(to_mask, mask_id)
     corrupted = torch.where(to_random, random_ids, corrupted)
@@ -112,7 +126,7 @@ def next_sentence_pairs(documents: list[list], rng: np.random.Generator) -> list
         raise DataError("next-sentence pairs need at least two non-empty documents")
     pairs = []
     for doc_index, sentences in enumerate(documents):
-        for a, following in zip(sentences, sentences[1:]):
+        for a, following in itertools.pairwise(sentences):
             if rng.random() < 0.5:
                 pairs.append((a, following, 1))
                 continue
@@ -124,11 +138,13 @@ def next_sentence_pairs(documents: list[list], rng: np.random.Generator) -> list
 
 
 class MaskingCollator:
-    """Pads a batch of sentence pairs and masks it; with a seed, the same masks every time
-    (validation), otherwise fresh masks from the global RNG every batch (training)."""
+    """Pads a batch of sentence pairs (or single sentences) and masks it; with a seed, the same masks
+    every time (validation), otherwise fresh masks from the global RNG every batch (training)."""
 
-    def __init__(self, specials: dict[str, int], vocab_size: int, probability: float = 0.15, seed: int | None = None):
+    def __init__(self, specials: dict[str, int], vocab_size: int, probability: float = 0.15, seed: int | None = None,
+                 masking: dict[str, float] = BERT_MASKING):
         self.specials, self.vocab_size, self.probability, self.seed = specials, vocab_size, probability, seed
+        self.masking = check_masking(masking)
         self.first_normal_id = max(specials.values()) + 1  # specials come first in a trained WordPiece vocabulary
 
     def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
@@ -139,8 +155,10 @@ class MaskingCollator:
         if self.seed is not None:
             generator = torch.Generator().manual_seed(self.seed + sum(item["index"] for item in items))
         batch["input_ids"], batch["mlm_labels"] = mask_tokens(ids, maskable, self.specials["mask"], self.vocab_size,
-                                                              self.first_normal_id, self.probability, generator)
-        batch["is_next"] = torch.tensor([item["is_next"] for item in items])
+                                                              self.first_normal_id, self.probability, generator,
+                                                              self.masking)
+        if "is_next" in items[0]:  # sentence pairs; single sentences (next_sentence=False) have no NSP label
+            batch["is_next"] = torch.tensor([item["is_next"] for item in items])
         return batch
 
 
@@ -175,9 +193,14 @@ class BertPretrainingDataModule(L.LightningDataModule):
 
     def __init__(self, prepared_dir: str, tokenizer_path: str, max_len: int = 128, mask_probability: float = 0.15,
                  batch_size: int = 32, eval_batch_size: int = 128, seed: int = 0, max_documents: int | None = None,
-                 num_workers: int = 0, max_examples: int | None = None):
-        """max_examples: sentence pairs kept per split (None = all; debug=smoke)."""
+                 num_workers: int = 0, max_examples: int | None = None, next_sentence: bool = True,
+                 masking: dict[str, float] | None = None):
+        """max_examples: examples kept per split (None = all; debug=smoke). next_sentence: sentence pairs
+        with NSP labels (the paper), or single sentences for the masked LM alone. masking: the shares of
+        chosen tokens that become [MASK] / a random token / stay (BERT_MASKING by default)."""
         super().__init__()
+        self.masking = check_masking(masking or BERT_MASKING)
+        self.next_sentence = next_sentence
         self.prepared_dir, self.max_len, self.mask_probability = Path(prepared_dir), max_len, mask_probability
         self.batch_size, self.eval_batch_size, self.seed = batch_size, eval_batch_size, seed
         self.max_documents, self.num_workers, self.max_examples = max_documents, num_workers, max_examples
@@ -193,6 +216,10 @@ class BertPretrainingDataModule(L.LightningDataModule):
         flat = [s for d in documents for s in d]
         encoded = iter(e.ids for e in self.tokenizer.encode_batch(flat, add_special_tokens=False))
         tokenised = [[next(encoded) for _ in d] for d in documents]
+        if not self.next_sentence:
+            sentences = [truncate(ids, self.max_len - 2) for d in tokenised for ids in d if ids]
+            return [{"input_ids": encode_pair(ids, None, self.specials)[0], "segment_ids": [0] * (len(ids) + 2),
+                     "index": index} for index, ids in enumerate(sentences)]
         rng = np.random.default_rng([self.seed, 0 if split == "train" else 1])
         examples = []
         for a, b, is_next in next_sentence_pairs(tokenised, rng):
@@ -209,11 +236,13 @@ class BertPretrainingDataModule(L.LightningDataModule):
                 self.examples[split] = self._examples(split)[: self.max_examples]
 
     def train_dataloader(self) -> DataLoader:
-        collate = MaskingCollator(self.specials, self.tokenizer.get_vocab_size(), self.mask_probability)
+        collate = MaskingCollator(self.specials, self.tokenizer.get_vocab_size(), self.mask_probability,
+                                  masking=self.masking)
         return DataLoader(self.examples["train"], self.batch_size, shuffle=True, collate_fn=collate,
                           num_workers=self.num_workers)
 
     def val_dataloader(self) -> DataLoader:
-        collate = MaskingCollator(self.specials, self.tokenizer.get_vocab_size(), self.mask_probability, seed=self.seed)
+        collate = MaskingCollator(self.specials, self.tokenizer.get_vocab_size(), self.mask_probability, seed=self.seed,
+                                  masking=self.masking)
         return DataLoader(self.examples["validation"], self.eval_batch_size, collate_fn=collate,
                           num_workers=self.num_workers)

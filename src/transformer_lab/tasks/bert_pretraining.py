@@ -57,22 +57,29 @@ class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.Li
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         chosen = batch["mlm_labels"] != -100
         out = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"], mlm_positions=chosen)
-        mlm_logits, nsp_logits = out.logits, out.nsp_logits
-        targets = batch["mlm_labels"][chosen]
-        return {"mlm_loss": cross_entropy(mlm_logits, targets), "nsp_loss": F.cross_entropy(nsp_logits, batch["is_next"]),
-                "mlm_pred": mlm_logits.argmax(-1), "mlm_target": targets, "nsp_pred": nsp_logits.argmax(-1)}
+        mlm_logits, targets = out.logits, batch["mlm_labels"][chosen]
+        result = {"mlm_loss": cross_entropy(mlm_logits, targets), "mlm_pred": mlm_logits.argmax(-1),
+                  "mlm_target": targets}
+        if "is_next" in batch:  # sentence pairs; single sentences train the masked LM alone
+            result["nsp_loss"] = F.cross_entropy(out.nsp_logits, batch["is_next"])
+            result["nsp_pred"] = out.nsp_logits.argmax(-1)
+        return result
 
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         out = self(batch)
-        loss = out["mlm_loss"] + out["nsp_loss"]
+        pairs = "nsp_loss" in out
+        loss = out["mlm_loss"] + out["nsp_loss"] if pairs else out["mlm_loss"]
         size = len(batch["input_ids"])
         self.metrics[f"{stage}_mlm_acc"].update(out["mlm_pred"], out["mlm_target"])
-        self.metrics[f"{stage}_nsp_acc"].update(out["nsp_pred"], batch["is_next"])
-        self.log_dict({f"{stage}/loss": loss, f"{stage}/mlm_loss": out["mlm_loss"], f"{stage}/nsp_loss": out["nsp_loss"]},
-                      on_step=stage == "train", on_epoch=True, prog_bar=stage == "val", batch_size=size, sync_dist=True)
-        self.log_dict({f"{stage}/mlm_acc": self.metrics[f"{stage}_mlm_acc"],
-                       f"{stage}/nsp_acc": self.metrics[f"{stage}_nsp_acc"]}, on_step=False, on_epoch=True,
-                      batch_size=size)
+        losses = {f"{stage}/loss": loss, f"{stage}/mlm_loss": out["mlm_loss"]}
+        accuracies = {f"{stage}/mlm_acc": self.metrics[f"{stage}_mlm_acc"]}
+        if pairs:
+            self.metrics[f"{stage}_nsp_acc"].update(out["nsp_pred"], batch["is_next"])
+            losses[f"{stage}/nsp_loss"] = out["nsp_loss"]
+            accuracies[f"{stage}/nsp_acc"] = self.metrics[f"{stage}_nsp_acc"]
+        self.log_dict(losses, on_step=stage == "train", on_epoch=True, prog_bar=stage == "val", batch_size=size,
+                      sync_dist=True)
+        self.log_dict(accuracies, on_step=False, on_epoch=True, batch_size=size)
         return loss
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
