@@ -118,6 +118,21 @@ def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, mask_id: int, v
     return corrupted, labels
 
 
+def pack_sentences(sentences: list[list[int]], max_tokens: int, sep_id: int) -> list[list[int]]:
+    """Consecutive sentences joined by [SEP] into examples of at most max_tokens ids (RoBERTa's
+    full-sentence inputs): a corpus of short sentences then spends its compute on tokens, not on
+    padding. Each sentence must already fit max_tokens; none is split across two examples."""
+    packed, current = [], []
+    for ids in sentences:
+        if current and len(current) + 1 + len(ids) > max_tokens:
+            packed.append(current)
+            current = []
+        current = [*current, sep_id, *ids] if current else list(ids)
+    if current:
+        packed.append(current)
+    return packed
+
+
 def next_sentence_pairs(documents: list[list], rng: np.random.Generator) -> list[tuple[object, object, int]]:
     """(A, B, is_next) for every sentence that has a successor in its document: B is that
     successor with probability 1/2 (is_next=1), else a random sentence of another document
@@ -194,13 +209,14 @@ class BertPretrainingDataModule(L.LightningDataModule):
     def __init__(self, prepared_dir: str, tokenizer_path: str, max_len: int = 128, mask_probability: float = 0.15,
                  batch_size: int = 32, eval_batch_size: int = 128, seed: int = 0, max_documents: int | None = None,
                  num_workers: int = 0, max_examples: int | None = None, next_sentence: bool = True,
-                 masking: dict[str, float] | None = None):
+                 masking: dict[str, float] | None = None, pack_sentences: bool = False):
         """max_examples: examples kept per split (None = all; debug=smoke). next_sentence: sentence pairs
         with NSP labels (the paper), or single sentences for the masked LM alone. masking: the shares of
-        chosen tokens that become [MASK] / a random token / stay (BERT_MASKING by default)."""
+        chosen tokens that become [MASK] / a random token / stay (BERT_MASKING by default).
+        pack_sentences (with next_sentence=False): consecutive sentences share an example up to max_len."""
         super().__init__()
         self.masking = check_masking(masking or BERT_MASKING)
-        self.next_sentence = next_sentence
+        self.next_sentence, self.pack_sentences = next_sentence, pack_sentences
         self.prepared_dir, self.max_len, self.mask_probability = Path(prepared_dir), max_len, mask_probability
         self.batch_size, self.eval_batch_size, self.seed = batch_size, eval_batch_size, seed
         self.max_documents, self.num_workers, self.max_examples = max_documents, num_workers, max_examples
@@ -218,6 +234,8 @@ class BertPretrainingDataModule(L.LightningDataModule):
         tokenised = [[next(encoded) for _ in d] for d in documents]
         if not self.next_sentence:
             sentences = [truncate(ids, self.max_len - 2) for d in tokenised for ids in d if ids]
+            if self.pack_sentences:
+                sentences = pack_sentences(sentences, self.max_len - 2, self.specials["sep"])
             return [{"input_ids": encode_pair(ids, None, self.specials)[0], "segment_ids": [0] * (len(ids) + 2),
                      "index": index} for index, ids in enumerate(sentences)]
         rng = np.random.default_rng([self.seed, 0 if split == "train" else 1])
