@@ -303,3 +303,131 @@ def test_tiny_pretraining_learns_and_its_encoder_loads_for_fine_tuning(corpus_an
         load_pretrained_bert(wrong_size, str(checkpoint))
     with pytest.raises(TransformerLabError, match="checkpoint not found"):
         load_pretrained_bert(fresh, str(tmp_path / "missing.ckpt"))
+
+
+# ------------------------------------------------------------------ the left-to-right objective (task.objective=causal)
+def tiny_preprocessor_state(vocab_size: int = 60) -> dict:
+    """A WordPiece tokenizer with BERT's specials and filler words, as a task's preprocessor state."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordPiece
+
+    from transformer_lab.data.bert import BertPreprocessor
+
+    vocab = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
+    vocab.update({f"w{i}": len(vocab) for i in range(vocab_size - len(vocab))})
+    return BertPreprocessor(Tokenizer(WordPiece(vocab, unk_token="[UNK]")), max_len=32).to_state()
+
+
+def causal_task(seed: int = 0) -> BertPretrainingTask:
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=60, size="tiny", d_model=32, n_heads=4, n_layers=2, dropout=0.0, max_len=32)
+    return BertPretrainingTask(config.to_dict(), tiny_preprocessor_state(), objective="causal").eval()
+
+
+def sentences_batch(generator: torch.Generator) -> dict:
+    """[CLS] words [SEP] [PAD]... rows of different lengths."""
+    ids = torch.randint(5, 60, (3, 12), generator=generator)
+    lengths = [12, 7, 9]
+    mask = torch.arange(12)[None] < torch.tensor(lengths)[:, None]
+    ids[:, 0] = SPECIALS["cls"]
+    for row, length in enumerate(lengths):
+        ids[row, length - 1] = SPECIALS["sep"]
+    return {"input_ids": ids.masked_fill(~mask, SPECIALS["pad"]), "segment_ids": torch.zeros_like(ids),
+            "attention_mask": mask}
+
+
+def test_causal_objective_is_the_cross_entropy_of_the_shifted_logits_of_the_text_as_written():
+    """The loss is the mean cross-entropy of the logits at position i against token i + 1 over every
+    real next token, from causal logits of the uncorrupted sentence (the masked LM's corruption undone)."""
+    import torch.nn.functional as F
+
+    task = causal_task()
+    generator = torch.Generator().manual_seed(0)
+    batch = sentences_batch(generator)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    maskable = mask & (ids != SPECIALS["cls"]) & (ids != SPECIALS["sep"])
+    corrupted, labels = mask_tokens(ids, maskable, SPECIALS["mask"], 60, 5, probability=0.5, generator=generator)
+    assert (corrupted != ids).any()
+    with torch.no_grad():
+        logits = task.model(ids, None, mask, is_causal=True).logits  # (batch, length, vocab): every position
+        out = task({**batch, "input_ids": corrupted, "mlm_labels": labels})
+    shifted, targets = logits[:, :-1], ids[:, 1:].masked_fill(~mask[:, 1:], IGNORE_INDEX)
+    expected = F.cross_entropy(shifted.reshape(-1, 60), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+    torch.testing.assert_close(out["lm_loss"], expected, rtol=0, atol=1e-6)
+    assert len(out["lm_target"]) == int(mask.sum()) - 3  # every real token but each row's first ([CLS])
+    # by hand: every row, every position i before the row's last real token, against token i + 1
+    terms = [-logits[row, i].log_softmax(-1)[ids[row, i + 1]] for row in range(3) for i in range(int(mask[row].sum()) - 1)]
+    torch.testing.assert_close(out["lm_loss"], torch.stack(terms).mean(), rtol=0, atol=1e-6)
+    with torch.no_grad():
+        plain = task(batch)  # no mlm_labels: the batch is the text as written
+    torch.testing.assert_close(plain["lm_loss"], expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_causal_pretraining_never_lets_a_position_see_a_later_one(fast_path, monkeypatch):
+    """Changing the token at position j leaves the causal logits before j as they were, on the CPU
+    fast path and the reading path alike (and the two agree); bidirectionally they change."""
+    from transformer_lab.models.attention import MultiHeadAttention
+
+    monkeypatch.setattr(MultiHeadAttention, "fast_path", fast_path)
+    model = causal_task().model
+    batch = sentences_batch(torch.Generator().manual_seed(1))
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    changed = ids.clone()
+    changed[:, 5] = (changed[:, 5] + 1 - 5) % 55 + 5  # another word at position 5 of every row
+    with torch.no_grad():
+        before = model(ids, None, mask, is_causal=True).logits
+        after = model(changed, None, mask, is_causal=True).logits
+        bidirectional = model(ids, None, mask).logits, model(changed, None, mask).logits
+    torch.testing.assert_close(after[:, :5], before[:, :5], rtol=0, atol=1e-6)
+    assert not torch.allclose(after[:, 5], before[:, 5], atol=1e-4)
+    assert not torch.allclose(bidirectional[1][:, :5], bidirectional[0][:, :5], atol=1e-4)
+    monkeypatch.setattr(MultiHeadAttention, "fast_path", not fast_path)
+    with torch.no_grad():
+        other_path = model(ids, None, mask, is_causal=True).logits
+    torch.testing.assert_close(other_path, before, rtol=0, atol=1e-5)
+
+
+def test_a_causal_training_step_sends_no_gradient_from_a_position_to_earlier_predictions():
+    """In a training step (dropout on), the loss of the predictions up to position i has no gradient
+    with respect to the embedding of any later input."""
+    task = causal_task().train()
+    batch = sentences_batch(torch.Generator().manual_seed(2))
+    model = task.model
+    embedded = {}
+
+    def keep(module, inputs, output):
+        output.retain_grad()
+        embedded["x"] = output
+
+    handle = model.bert.embeddings.register_forward_hook(keep)
+    out = model(batch["input_ids"], None, batch["attention_mask"], is_causal=True)
+    handle.remove()
+    out.logits[:, :4].sum().backward()  # the predictions of positions 0..3
+    assert embedded["x"].grad[:, 4:].abs().max() == 0
+    assert embedded["x"].grad[:, :4].abs().max() > 0
+
+
+def test_causal_objective_wants_single_sentences_and_known_objectives_only():
+    task = causal_task()
+    batch = sentences_batch(torch.Generator().manual_seed(3))
+    with pytest.raises(TransformerLabError, match="next_sentence=false"):
+        task({**batch, "is_next": torch.tensor([0, 1, 0])})
+    with pytest.raises(TransformerLabError, match="task.objective='prefix'"):
+        BertPretrainingTask(task.hparams.model_config, tiny_preprocessor_state(), objective="prefix")
+
+
+@pytest.mark.slow  # 10 s of training
+def test_tiny_causal_pretraining_learns_the_next_word_and_logs_lm_metrics(corpus_and_tokenizer, tmp_path):
+    corpus, tokenizer = corpus_and_tokenizer
+    L.seed_everything(0)
+    dm = BertPretrainingDataModule(str(corpus), str(tokenizer), max_len=48, batch_size=32, max_documents=120,
+                                   next_sentence=False)
+    config = BertConfig(size="tiny", n_layers=1, d_model=64, n_heads=2, **dm.model_kwargs())
+    task = BertPretrainingTask(config.to_dict(), dm.preprocessor.to_state(), lr=2e-3, objective="causal")
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, num_sanity_val_steps=0)
+    trainer.fit(task, dm)
+    metrics = trainer.callback_metrics
+    assert "val/mlm_loss" not in metrics and "val/lm_acc" in metrics
+    assert metrics["val/loss"] == metrics["val/lm_loss"] < np.log(config.vocab_size) - 1.0

@@ -6,6 +6,8 @@ own embeddings and heads.
     hidden[:, 0] ([CLS]) ─► dense + tanh                               = pooled
     pre-training heads: masked-LM (dense, GELU, LayerNorm, decoder tied to the token
     embedding + own bias) on hidden states; next-sentence (2-way) on pooled
+    (is_causal: the same blocks attending left to right only, the head predicting the next
+    token: the paper's left-to-right ablation, section 5.1)
     fine-tuning heads: sequence / pair classification on pooled (or, pool=mean, the same dense +
     tanh over the mean of the real tokens' states), token labelling (tags, or
     tags + intent) on hidden states, extractive QA (start/end logits) on hidden states
@@ -107,8 +109,11 @@ class BertModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, *, return_weights: bool = False,
-                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
+                positions: torch.Tensor | None = None,
+                is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor] | None]:
         """input_ids, segment_ids, attention_mask: (batch, length); mask True/1 = real token.
+        is_causal: every position attends to itself and the positions before it only (left-to-right
+        language-model pre-training, an ablation of BERT's bidirectional one; fine-tuning never sets it).
 
         Returns hidden states (batch, length, d_model), the pooled [CLS] state (batch, d_model) and,
         if asked, each layer's attention weights (else None). The heads below wrap these in a ModelOutput.
@@ -118,6 +123,8 @@ class BertModel(nn.Module):
         and [CLS] (its keys and values still come from every position): the same numbers for a
         fraction of the last layer's work.
         """
+        if is_causal and positions is not None:
+            raise ValueError("positions (the last layer at chosen rows) is for the bidirectional encoder only")
         x = self.embeddings(input_ids, segment_ids)
         attentions = []
         for index, block in enumerate(self.blocks):
@@ -126,7 +133,8 @@ class BertModel(nn.Module):
                 chosen = x.gather(1, rows[..., None].expand(-1, -1, x.shape[-1]))
                 x, weights = block(chosen, key_padding_mask=attention_mask, return_weights=return_weights, keys_from=x)
             else:
-                x, weights = block(x, key_padding_mask=attention_mask, return_weights=return_weights)
+                x, weights = block(x, key_padding_mask=attention_mask, return_weights=return_weights,
+                                   is_causal=is_causal)
             attentions.append(weights)
         return x if positions is None else x[:, 1:], self.pool(x[:, 0]), attentions if return_weights else None
 
@@ -191,7 +199,7 @@ class BertForPreTraining(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, mlm_positions: torch.Tensor | None = None, *,
-                return_weights: bool = False) -> ModelOutput:
+                return_weights: bool = False, is_causal: bool = False) -> ModelOutput:
         """logits: MLM logits; nsp_logits (batch, 2); hidden_states (batch, length, d_model).
 
         MLM logits are (batch, length, vocab), or only at mlm_positions (a boolean
@@ -199,10 +207,13 @@ class BertForPreTraining(nn.Module):
         positions, and the vocabulary projection is the largest matmul in a small BERT. The
         last layer then computes only those positions and [CLS] as well, and hidden_states are
         theirs, (n_positions, d_model) (unless return_weights: every layer is computed in full).
+
+        is_causal: left-to-right attention (BertModel.forward), the same head then predicting the
+        next token at mlm_positions (every layer computed in full: a causal loss reads most rows).
         """
-        if mlm_positions is None or return_weights:
+        if mlm_positions is None or return_weights or is_causal:
             hidden, pooled, attentions = self.bert(input_ids, segment_ids, attention_mask,
-                                                   return_weights=return_weights)
+                                                   return_weights=return_weights, is_causal=is_causal)
             mlm_input = hidden if mlm_positions is None else hidden[mlm_positions]
         else:
             positions, real = padded_positions(mlm_positions)

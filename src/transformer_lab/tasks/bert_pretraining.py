@@ -1,5 +1,10 @@
 """BERT pre-training: masked-LM + next-sentence losses, their accuracies, tokens/second;
-and `load_pretrained_bert`, which every fine-tuning task uses to start from these weights."""
+and `load_pretrained_bert`, which every fine-tuning task uses to start from these weights.
+
+`objective: causal` pre-trains the same encoder as a left-to-right language model instead (the
+BERT paper's "LTR & No NSP" ablation): causal attention, and the next token as the label at every
+position, read from the sentence as written (the masked LM's corruption undone). Fine-tuning is
+bidirectional either way; only the pre-training objective differs."""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
 from transformer_lab.data import published
-from transformer_lab.data.bert import BertPreprocessor
+from transformer_lab.data.bert import IGNORE_INDEX, BertPreprocessor
+from transformer_lab.errors import TransformerLabError
 from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel, from_hf_state_dict
 from transformer_lab.tasks.checkpoints import NamesItsFamily
 from transformer_lab.tasks.embeddings import TokenEmbeddings
@@ -18,6 +24,8 @@ from transformer_lab.tasks.losses import cross_entropy
 from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_warmup_linear
 from transformer_lab.tasks.throughput import TokenThroughput
+
+OBJECTIVES = ("mlm", "causal")
 
 
 def published_body(start) -> dict:
@@ -41,38 +49,62 @@ def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
 
 class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.LightningModule):
     def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 0.01,
-                 betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1, embeddings: dict | None = None):
+                 betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1, embeddings: dict | None = None,
+                 objective: str = "mlm"):
         """preprocessor: the datamodule's BertPreprocessor state (the tokenizer, max_len), so that
-        predict() reads raw text. embeddings: {init, vectors} (tasks/embeddings.py)."""
+        predict() reads raw text. embeddings: {init, vectors} (tasks/embeddings.py). objective: mlm
+        (BERT's masked LM, with next-sentence prediction on sentence pairs) or causal (left to right,
+        on single sentences: data.datamodule.next_sentence=false)."""
         super().__init__()
+        if objective not in OBJECTIVES:
+            raise TransformerLabError(f"task.objective={objective!r}; expected one of {', '.join(OBJECTIVES)}")
         self.save_hyperparameters(logger=False)
         self.preprocessor = BertPreprocessor.from_state(preprocessor)
         self.model = BertForPreTraining(BertConfig(**model_config))
+        self.lm = "mlm" if objective == "mlm" else "lm"  # the language model's metrics: mlm_loss or lm_loss
         vocab = self.model.config.vocab_size
         self.metrics = torch.nn.ModuleDict({
             f"{stage}_{name}": metric for stage in ("train", "val")
-            for name, metric in (("mlm_acc", MulticlassAccuracy(vocab, average="micro")),
+            for name, metric in ((f"{self.lm}_acc", MulticlassAccuracy(vocab, average="micro")),
                                  ("nsp_acc", MulticlassAccuracy(2, average="micro")))})
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
-        chosen = batch["mlm_labels"] != -100
+        if self.hparams.objective == "causal":
+            return self.causal_lm(batch)
+        chosen = batch["mlm_labels"] != IGNORE_INDEX
         out = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"], mlm_positions=chosen)
         mlm_logits, targets = out.logits, batch["mlm_labels"][chosen]
-        result = {"mlm_loss": cross_entropy(mlm_logits, targets), "mlm_pred": mlm_logits.argmax(-1),
-                  "mlm_target": targets}
+        result = {"lm_loss": cross_entropy(mlm_logits, targets), "lm_pred": mlm_logits.argmax(-1),
+                  "lm_target": targets}
         if "is_next" in batch:  # sentence pairs; single sentences train the masked LM alone
             result["nsp_loss"] = F.cross_entropy(out.nsp_logits, batch["is_next"])
             result["nsp_pred"] = out.nsp_logits.argmax(-1)
         return result
 
+    def causal_lm(self, batch: dict) -> dict[str, torch.Tensor]:
+        """Left to right: position i, seeing positions 0..i only, predicts token i + 1, at every
+        position followed by a real token (the last word predicts [SEP]). The masking collator's
+        corruption is undone first: where it chose a token, its label is the token as written."""
+        if "is_next" in batch:
+            raise TransformerLabError("task.objective=causal pre-trains on single sentences: set "
+                                      "data.datamodule.next_sentence=false (a causal [CLS] sees no sentence B)")
+        labels = batch.get("mlm_labels")
+        ids = batch["input_ids"] if labels is None else torch.where(labels != IGNORE_INDEX, labels, batch["input_ids"])
+        real = batch["attention_mask"].bool()
+        predicting = torch.zeros_like(real)
+        predicting[:, :-1] = real[:, 1:]  # a real token follows
+        out = self.model(ids, batch["segment_ids"], batch["attention_mask"], mlm_positions=predicting, is_causal=True)
+        targets = ids[:, 1:][real[:, 1:]]  # row by row, in position order: the order of hidden[predicting]
+        return {"lm_loss": cross_entropy(out.logits, targets), "lm_pred": out.logits.argmax(-1), "lm_target": targets}
+
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         out = self(batch)
         pairs = "nsp_loss" in out
-        loss = out["mlm_loss"] + out["nsp_loss"] if pairs else out["mlm_loss"]
+        loss = out["lm_loss"] + out["nsp_loss"] if pairs else out["lm_loss"]
         size = len(batch["input_ids"])
-        self.metrics[f"{stage}_mlm_acc"].update(out["mlm_pred"], out["mlm_target"])
-        losses = {f"{stage}/loss": loss, f"{stage}/mlm_loss": out["mlm_loss"]}
-        accuracies = {f"{stage}/mlm_acc": self.metrics[f"{stage}_mlm_acc"]}
+        self.metrics[f"{stage}_{self.lm}_acc"].update(out["lm_pred"], out["lm_target"])
+        losses = {f"{stage}/loss": loss, f"{stage}/{self.lm}_loss": out["lm_loss"]}
+        accuracies = {f"{stage}/{self.lm}_acc": self.metrics[f"{stage}_{self.lm}_acc"]}
         if pairs:
             self.metrics[f"{stage}_nsp_acc"].update(out["nsp_pred"], batch["is_next"])
             losses[f"{stage}/nsp_loss"] = out["nsp_loss"]
