@@ -152,12 +152,12 @@ def modules_above(dotted: str) -> set[Path]:
 
 
 def what_a_study_runs(cfg, stage_name: str) -> set[Path]:
-    """A study's stage also runs its data steps and every variant's training (or baseline runner),
-    on the real data and on the embedded fallback alike (which one runs depends on the machine,
-    the stage's deps must not)."""
+    """A study's stage also runs its data steps and every variant's training (its pre-training too, or
+    its baseline runner), on the real data and on the embedded fallback alike (which one runs depends
+    on the machine, the stage's deps must not)."""
     from omegaconf import open_dict
 
-    from transformer_lab.studies.jobs import train_overrides, variant_spec, with_fallback
+    from transformer_lab.studies.jobs import pretrain_overrides, train_overrides, variant_spec, with_fallback
 
     reads: set[Path] = set()
     study = cfg.study
@@ -166,6 +166,9 @@ def what_a_study_runs(cfg, stage_name: str) -> set[Path]:
         reads |= closure(modules_above(extra))
     for embedded in (False, True):
         for line in study.get("prepare") or []:
+            if not isinstance(line, str):  # a function of the project's own, named by its dotted path
+                reads |= closure(modules_above(line._target_))
+                continue
             script, *overrides = shlex.split(line)
             reads |= what_a_stage_reads(shlex.join(["python3", f"pipelines/{script}",
                                                     *with_fallback(study, overrides, embedded)]), stage_name)
@@ -176,6 +179,9 @@ def what_a_study_runs(cfg, stage_name: str) -> set[Path]:
                 continue
             with open_dict(cfg):
                 cfg.variant = variant
+            pretraining = pretrain_overrides(cfg, spec, embedded)  # a job that pre-trains first
+            if pretraining is not None:
+                reads |= what_a_stage_reads(shlex.join(["python3", "pipelines/train.py", *pretraining]), stage_name)
             overrides = train_overrides(cfg, spec, embedded)
             reads |= what_a_stage_reads(shlex.join(["python3", "pipelines/train.py", *overrides]), stage_name)
     return reads

@@ -152,14 +152,17 @@ def probe_panel(ax, summary: dict, probe: str, focus: list[str]) -> None:
 
 
 def scatter_panel(ax, summary: dict, x_key: str) -> None:
-    """Each variant's mean score against its parameters or its seconds a run, labelled."""
+    """Each variant's mean score against its parameters, its seconds a run or another of its metrics
+    (pretrain/seconds: its pre-training's), labelled."""
     for name, v in summary["variants"].items():
-        if v["mean"] is None or not v.get(x_key):
+        x = v.get(x_key, (v.get("metrics") or {}).get(x_key))
+        if v["mean"] is None or not x:
             continue
         colour = CLAIMED if name == summary.get("claimed") else OTHER
-        ax.errorbar(v[x_key], v["mean"], yerr=v["std"], fmt="o", color=colour, capsize=2)
-        ax.annotate(name, (v[x_key], v["mean"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel({"params": "parameters", "seconds": "seconds a run"}.get(x_key, x_key))
+        ax.errorbar(x, v["mean"], yerr=v["std"], fmt="o", color=colour, capsize=2)
+        ax.annotate(name, (x, v["mean"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel({"params": "parameters", "seconds": "seconds a run",
+                   "pretrain/seconds": "seconds of pre-training"}.get(x_key, x_key))
     if x_key == "params":
         ax.xaxis.set_major_formatter(lambda value, _: f"{value / 1e3:.0f}k")
     ax.set_ylabel(summary["metric"])

@@ -1,7 +1,12 @@
 """One job of a study: one variant with one seed, trained through `pipelines/train.py`'s own code
 (same config tree, same Lightning task, an MLflow child run of the study's parent) or, for a
 baseline that is no transformer, through its runner. Each job leaves `study_job.json` in its
-folder: what the summary reads."""
+folder: what the summary reads.
+
+A study that declares `pretrain` (and variants that add their own `pretrain` overrides) makes every
+job two trainings: a pre-training run in the job's `pretrain/` folder (no MLflow run of its own),
+then the trained variant fine-tuned from its last checkpoint (its weights, sizes and tokenizer), the
+pre-training's scores and seconds recorded beside the fine-tuned ones as `pretrain/...`."""
 
 from __future__ import annotations
 
@@ -45,7 +50,8 @@ def every_variant(names) -> str:
 
 
 def variant_spec(study: DictConfig, variant: str) -> DictConfig:
-    """The variant's declaration as {overrides: [...], runner: None | {_target_: ...}, group, x}."""
+    """The variant's declaration as {overrides: [...], pretrain: [...] | false, runner: None | {_target_: ...},
+    group, x}."""
     if variant not in study.variants:
         raise TransformerLabError(f"variant={variant}: study {study.name} has variants "
                                   f"{', '.join(study.variants)}")
@@ -77,7 +83,7 @@ def train_overrides(cfg: DictConfig, spec: DictConfig, embedded: bool | None = N
     study = cfg.study
     probes = list(study.get("probes") or [])
     shared = (study.get("group_overrides") or {}).get(spec.get("group"), [])  # what every variant of its group sets
-    chosen = with_fallback(study, [*(study.get("base") or []), *shared, *spec.overrides], embedded)
+    chosen = with_fallback(study, [*(study.get("base") or []), *shared, *(spec.get("overrides") or [])], embedded)
     return [*chosen, f"seed={cfg.seed}", f"task_name={cfg.task_name}",
             "tracking.register=false", "tracking.log_trained_model=false",
             "callbacks.rich_progress_bar=null",  # dozens of short runs: each one's summary line says enough
@@ -87,15 +93,67 @@ def train_overrides(cfg: DictConfig, spec: DictConfig, embedded: bool | None = N
             *(cfg.get("train_overrides") or [])]
 
 
-def train_job(cfg: DictConfig, spec: DictConfig, output_dir: Path) -> dict:
-    """Compose the training config inside the running study job (its Hydra output folder becomes
-    the training run's) and train."""
+def pretrain_overrides(cfg: DictConfig, spec: DictConfig, embedded: bool | None = None) -> list[str] | None:
+    """pipelines/train.py's overrides of the job's pre-training (study.pretrain, then the variant's
+    pretrain), or None where the job pre-trains nothing (the study declares no pre-training, or the
+    variant says `pretrain: false`): the seed, no MLflow run of its own (the job's run is the
+    fine-tuned one), no progress bar."""
+    study = cfg.study
+    if spec.get("pretrain") is False or (study.get("pretrain") is None and spec.get("pretrain") is None):
+        return None
+    chosen = with_fallback(study, [*(study.get("pretrain") or []), *(spec.get("pretrain") or [])], embedded)
+    return [*chosen, f"seed={cfg.seed}", "logger=none", "tracking.register=false", "tracking.log_trained_model=false",
+            "callbacks.rich_progress_bar=null", *(cfg.get("train_overrides") or [])]
+
+
+def pretrain_job(cfg: DictConfig, spec: DictConfig, output_dir: Path) -> dict:
+    """The job's pre-training, in output_dir/pretrain: {"start": the overrides that fine-tune from
+    its last checkpoint, "metrics": its scores, steps and seconds as pretrain/...}."""
     from hydra import compose
 
     from transformer_lab.families import check_config
     from transformer_lab.training.train import train
 
-    train_cfg = compose("train", overrides=train_overrides(cfg, spec))
+    run_dir = output_dir / "pretrain"
+    pretrain_cfg = compose("train", overrides=[*pretrain_overrides(cfg, spec), f"++paths.output_dir={run_dir}"])
+    check_config(pretrain_cfg)
+    started = time.perf_counter()
+    metrics = train(pretrain_cfg)
+    seconds = time.perf_counter() - started
+    written = json.loads((run_dir / "metrics.json").read_text())
+    measured = {**metrics, "seconds": seconds, "steps": written["steps"]}
+    return {"start": start_from(run_dir / "checkpoints" / "last.ckpt", run_dir, written["steps"]),
+            "metrics": {f"pretrain/{name}": float(value) for name, value in measured.items()}}
+
+
+def start_from(checkpoint: Path, folder: Path, steps: int) -> list[str]:
+    """Overrides that fine-tune from a pre-training checkpoint, which must hold the weights after the
+    run's last step (`steps`): its encoder's weights, its sizes and the tokenizer it was trained with
+    (which travels in the checkpoint; written to folder)."""
+    from transformer_lab.tasks.checkpoints import read_checkpoint
+
+    saved = read_checkpoint(checkpoint)
+    if saved.get("global_step") != steps:
+        raise TransformerLabError(f"{checkpoint}: saved at step {saved.get('global_step')}, but the pre-training "
+                                  f"ended at step {steps}; end it at an epoch's end (trainer.max_epochs)")
+    hparams = saved["hyper_parameters"]
+    tokenizer = folder / "tokenizer.json"
+    tokenizer.write_text(hparams["preprocessor"]["tokenizer"])
+    sizes = hparams["model_config"]
+    return [f"task.pretrained={checkpoint}", f"data.datamodule.tokenizer_path={tokenizer}",
+            *(f"model.{key}={sizes[key]}" for key in ("n_layers", "d_model", "n_heads", "d_ff", "max_len"))]
+
+
+def train_job(cfg: DictConfig, spec: DictConfig, output_dir: Path) -> dict:
+    """Compose the training config inside the running study job (its Hydra output folder becomes
+    the training run's) and train; first pre-train, where the study does."""
+    from hydra import compose
+
+    from transformer_lab.families import check_config
+    from transformer_lab.training.train import train
+
+    pretrained = pretrain_job(cfg, spec, output_dir) if pretrain_overrides(cfg, spec) is not None else {}
+    train_cfg = compose("train", overrides=[*train_overrides(cfg, spec), *pretrained.get("start", [])])
     check_config(train_cfg)
     started = time.perf_counter()
     metrics = train(train_cfg)
@@ -103,8 +161,28 @@ def train_job(cfg: DictConfig, spec: DictConfig, output_dir: Path) -> dict:
     written = json.loads((output_dir / "metrics.json").read_text())
     probes_path = output_dir / PROBES_FILE
     probes = json.loads(probes_path.read_text()) if probes_path.is_file() else {}
+    if pretrained:
+        seconds += pretrained["metrics"]["pretrain/seconds"]  # the job's training time: both runs
+        metrics = {**metrics, **pretrained["metrics"]}
+        log_into_job_run(cfg, output_dir, pretrained["metrics"])
     return {"metrics": metrics, "params": written["params"], "seconds": seconds, "steps": written["steps"],
             "curve": probes.pop("curve", []), "probes": probes}
+
+
+def log_into_job_run(cfg: DictConfig, output_dir: Path, metrics: dict) -> None:
+    """The pre-training's scores, steps and seconds as metrics of the job's MLflow run (the fine-tuned
+    one, which the training recorded in output_dir), where it has one."""
+    from transformer_lab.tracking import runs as tracking
+
+    reference = tracking.read_run_reference(output_dir / tracking.RUN_REFERENCE)
+    if reference is None:  # logger=none
+        return
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    MlflowClient(reference.get("tracking_uri") or cfg.paths.mlflow_tracking_uri).log_batch(
+        reference["run_id"], metrics=[Metric(name, value, now, 0) for name, value in metrics.items() if math.isfinite(value)])
 
 
 def runner_job(cfg: DictConfig, spec: DictConfig, output_dir: Path) -> dict:
@@ -112,9 +190,7 @@ def runner_job(cfg: DictConfig, spec: DictConfig, output_dir: Path) -> dict:
     constant prediction): its runner returns {metrics, params, seconds}."""
     from hydra.utils import instantiate
 
-    runner = OmegaConf.to_container(spec.runner, resolve=True)
-    runner = {key: with_fallback(cfg.study, [value])[0] if isinstance(value, str) and key != "_target_" else value
-              for key, value in runner.items()}
+    runner = arguments_with_fallback(cfg.study, spec.runner)
     started = time.perf_counter()
     result = instantiate(runner, seed=cfg.seed, output_dir=str(output_dir), _convert_="all")
     result.setdefault("seconds", time.perf_counter() - started)
@@ -152,6 +228,15 @@ def record_runner_run(cfg: DictConfig, runner: dict, result: dict) -> str:
     return run_id
 
 
+def arguments_with_fallback(study: DictConfig, call: DictConfig, embedded: bool | None = None) -> dict:
+    """A runner's or a data step's {_target_, arguments}, resolved, each string argument that
+    study.fallback names replaced by its embedded-data counterpart (a path, a source) where the real
+    data is absent (embedded=None) or as asked."""
+    call = OmegaConf.to_container(call, resolve=True)
+    return {key: with_fallback(study, [value], embedded)[0] if isinstance(value, str) and key != "_target_" else value
+            for key, value in call.items()}
+
+
 def check_requirements(study: DictConfig, root: str | Path) -> None:
     """What the study reads but does not make (study.requires: path -> the command that makes it),
     named in one line before any job starts."""
@@ -161,13 +246,20 @@ def check_requirements(study: DictConfig, root: str | Path) -> None:
 
 
 def prepare_data(study: DictConfig, root: str | Path) -> None:
-    """Run the study's data steps (study.prepare: `pipelines/<script>.py overrides...` lines) once,
-    before its first job."""
+    """Run the study's data steps (study.prepare: `pipelines/<script>.py overrides...` lines, or a
+    function and its arguments, {_target_: ..., key: value}) once, before its first job."""
     import shlex
     import subprocess
     import sys
 
+    from hydra.utils import instantiate
+
     for line in study.get("prepare") or []:
+        if not isinstance(line, str):  # a function of the project's own, called here
+            call = arguments_with_fallback(study, line)
+            print(f"study {study.name}: {call['_target_']}", flush=True)
+            instantiate(call, _convert_="all")
+            continue
         script, *overrides = shlex.split(line)
         command = [sys.executable, str(Path(root, "pipelines", script)), *with_fallback(study, overrides)]
         print(f"study {study.name}: {' '.join(command[1:])}", flush=True)
