@@ -17,11 +17,11 @@ from transformer_lab.runtime.config import compose_config
 from transformer_lab.runtime.stage_deps import module_file, relative, what_a_stage_reads
 
 ENTRY_POINT = ROOT / "pipelines" / "evaluate.py"
-FAMILIES_EVALUATED = ("atis", "elmo", "multimodal", "tabular", "translation", "vit", "word2vec")
+FAMILIES_EVALUATED = ("atis", "elmo", "glove", "multimodal", "tabular", "translation", "vit", "word2vec")
 CHOICES = ", ".join(FAMILIES_EVALUATED)
 # the MLflow experiment each logs into: its training's (task_name), as before the entry points were one
-EXPERIMENTS = {"atis": "atis", "elmo": "elmo_pretrain", "multimodal": "multimodal", "tabular": "tabular",
-               "translation": "translation", "vit": "vit", "word2vec": "word2vec"}
+EXPERIMENTS = {"atis": "atis", "elmo": "elmo_pretrain", "glove": "glove", "multimodal": "multimodal",
+               "tabular": "tabular", "translation": "translation", "vit": "vit", "word2vec": "word2vec"}
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
 
 

@@ -211,5 +211,6 @@ def test_word2vec_embeddings_start_any_token_model(family, wordpiece, bpe, tmp_p
 
     random_start = task_class(model, preprocessor.to_state(), embeddings={"init": "random"})
     assert random_start.initialise_embeddings(tmp_path) is None
-    with pytest.raises(TransformerLabError, match=r"task.embeddings.init='glove' is not one of random, word2vec"):
-        task_class(model, preprocessor.to_state(), embeddings={"init": "glove"}).initialise_embeddings(tmp_path)
+    with pytest.raises(TransformerLabError,
+                       match=r"task.embeddings.init='fasttext' is not one of random, word2vec, glove"):
+        task_class(model, preprocessor.to_state(), embeddings={"init": "fasttext"}).initialise_embeddings(tmp_path)

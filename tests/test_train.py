@@ -403,8 +403,9 @@ def test_a_resumed_run_keeps_its_trained_embeddings(tmp_path, smoke_overrides, p
 def test_an_unknown_embedding_init_is_refused_by_name(tmp_path, smoke_overrides):
     from transformer_lab.errors import TransformerLabError
 
-    with pytest.raises(TransformerLabError, match=r"task.embeddings.init='glove' is not one of random, word2vec"):
-        train_run([*smoke_overrides, "logger=none", "task.embeddings.init=glove"], tmp_path / "run")
+    with pytest.raises(TransformerLabError,
+                       match=r"task.embeddings.init='fasttext' is not one of random, word2vec, glove"):
+        train_run([*smoke_overrides, "logger=none", "task.embeddings.init=fasttext"], tmp_path / "run")
 
 
 def test_word2vec_vectors_of_the_wrong_size_are_a_clear_error(tmp_path, smoke_overrides):

@@ -142,6 +142,12 @@ FAMILIES: dict[str, Family] = {f.name: f for f in [
            evaluator=E + "word2vec.evaluate",
            pipelines=None,  # what it gives is its vectors: evaluate_word2vec writes them (vectors.txt)
            export=None),
+    Family("glove", M + "glove.GloVe", M + "glove.GloVeConfig", T + "glove.GloVeTask", D + "glove.GloVeDataModule",
+           _metrics("val/loss:min"),
+           ("prepare_corpus", "pretrain_glove", "evaluate_glove"),
+           evaluator=E + "glove.evaluate",
+           pipelines=None,  # as word2vec's: what it gives is its vectors, which evaluate_glove writes (vectors.txt)
+           export=None),
     Family("bert_pretraining", M + "bert.BertForPreTraining", M + "bert.BertConfig",
            T + "bert_pretraining.BertPretrainingTask", D + "bert.BertPretrainingDataModule",
            _metrics("val/loss:min", "val/mlm_loss:min", "val/mlm_acc:max", "val/nsp_acc:max"),

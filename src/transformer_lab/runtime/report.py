@@ -96,7 +96,7 @@ HEADLINES: dict[str, Headline] = {
                R + "atis.md"),),
         "python benchmarks/atis.py --data ../shared/data/atis --out benchmarks/results/atis.json --minutes 10"),
     "word2vec": Headline(
-        "word2vec", ("word2vec",), R + "word2vec.md",
+        "word2vec", ("word2vec", "glove"), R + "word2vec.md",
         (Figure("CBOW words/s, ours ÷ gensim's", "word2vec_tinyshakespeare_cbow.json", "ours_to_gensim_speed"),
          Figure("agreement of our vectors with gensim's", "word2vec_tinyshakespeare_cbow.json",
                 "ours_gensim_agreement")),
