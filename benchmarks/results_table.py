@@ -48,6 +48,7 @@ HEADLINE = {
     "inference": ["*_ratio", "outputs_match"],
     "language_models": ["*_test_word_ppl", "*_tokens_per_s"],
     "multimodal": ["*_acc.mean", "*_f1.mean"],
+    "own_pretraining": ["starts.*.*.mean", "verdicts.*.own_minus_scratch", "pretrain_minutes", "pretrain_tokens"],
     "sampled_profile": ["*_share.matmuls*", "*_step_s"],
     "tabular": ["*_auc.mean", "best_transformer", "best_transformer_within_xgboost_std"],
     "throughput": ["peak_fp32_tflops", "peak_bf16_tflops", "*_ours_to_hf_speed", "*_project_loss_speedup",
