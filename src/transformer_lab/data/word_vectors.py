@@ -3,11 +3,14 @@ evaluations run by gensim (WordSim-353, SimLex-999, the Google analogy set)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from transformer_lab.utils.io import atomic_write_json, atomic_write_text, write_csv
 
 ANALOGY_QUESTIONS = 19544  # questions in gensim's questions-words.txt
 
@@ -88,3 +91,24 @@ def projection(kv, n_words: int = 300) -> list[dict]:
     _, _, axes = np.linalg.svd(centred, full_matrices=False)
     xy = centred @ axes[:2].T
     return [{"word": w, "x": round(float(x), 4), "y": round(float(y), 4)} for w, (x, y) in zip(words, xy)]
+
+
+def write_evaluation(output_dir: str | Path, words: list[str], vectors: np.ndarray, probe_words: list[str],
+                     projection_words: int) -> tuple[dict, list[Path]]:
+    """What every word-vector evaluation writes (word2vec's, GloVe's): vectors.txt in word2vec text
+    format, metrics.json (the intrinsic scores and vocab_size), neighbours.json of the probe words,
+    projection.csv and its 2-D map. Returns the metrics and the files to log with them."""
+    from transformer_lab.utils import plots  # matplotlib: only where a map is drawn, not for every reader of vectors
+
+    output_dir = Path(output_dir)
+    save_word2vec_format(output_dir / "vectors.txt", words, vectors)
+    kv = keyed_vectors(words, vectors)
+    metrics = intrinsic_scores(kv)
+    metrics["vocab_size"] = len(words)
+    rows = projection(kv, projection_words)
+    atomic_write_json(output_dir / "metrics.json", metrics)
+    atomic_write_text(output_dir / "neighbours.json",
+                      json.dumps(nearest_neighbours(kv, list(probe_words)), indent=1) + "\n")
+    write_csv(output_dir / "projection.csv", rows)
+    figure = plots.word_map(rows, output_dir / "projection.png")
+    return metrics, [output_dir / "metrics.json", output_dir / "neighbours.json", figure]

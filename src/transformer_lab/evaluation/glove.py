@@ -4,9 +4,6 @@ nearest neighbours and a 2-D map."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from omegaconf import DictConfig
 
 from transformer_lab.data import word_vectors
@@ -14,8 +11,6 @@ from transformer_lab.tasks.checkpoints import load_task
 from transformer_lab.tasks.glove import GloVeTask
 from transformer_lab.tracking import runs as tracking
 from transformer_lab.tracking.evaluations import log_into_training_run
-from transformer_lab.utils import plots
-from transformer_lab.utils.io import atomic_write_json, atomic_write_text, write_csv
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -24,19 +19,7 @@ def evaluate(cfg: DictConfig) -> dict:
     tracking.check_tracking(cfg)
 
     task = load_task(cfg.checkpoint, GloVeTask, "pretrain_glove")
-    words, vectors = task.vectors()
-    output_dir = Path(cfg.paths.output_dir)
-    word_vectors.save_word2vec_format(output_dir / "vectors.txt", words, vectors)
-    kv = word_vectors.keyed_vectors(words, vectors)
-    metrics = word_vectors.intrinsic_scores(kv)
-    metrics["vocab_size"] = len(words)
-    neighbours = word_vectors.nearest_neighbours(kv, list(cfg.probe_words))
-    rows = word_vectors.projection(kv, cfg.projection_words)
-
-    atomic_write_json(output_dir / "metrics.json", metrics)
-    atomic_write_text(output_dir / "neighbours.json", json.dumps(neighbours, indent=1) + "\n")
-    write_csv(output_dir / "projection.csv", rows)
-    figure = plots.word_map(rows, output_dir / "projection.png")
-    log_into_training_run(cfg, {f"eval/{k}": v for k, v in metrics.items()},
-                          [output_dir / "metrics.json", output_dir / "neighbours.json", figure])
+    metrics, files = word_vectors.write_evaluation(cfg.paths.output_dir, *task.vectors(), cfg.probe_words,
+                                                   cfg.projection_words)
+    log_into_training_run(cfg, {f"eval/{k}": v for k, v in metrics.items()}, files)
     return metrics
