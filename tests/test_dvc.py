@@ -86,7 +86,7 @@ def test_dvc_pipeline_runs_once_then_only_what_changed(tmp_path):
     first = dvc(project, "repro", warm=True)
     assert sorted(ran_stages(first.stdout)) == sorted(["prepare_atis", "train_atis", "evaluate_atis", "prepare_corpus",
                                                        "train_tokenizers", "pretrain_word2vec", "evaluate_word2vec",
-                                                       "pretrain_elmo", "evaluate_elmo", "train_atis_no_elmo",
+                                                       "pretrain_glove", "evaluate_glove", "pretrain_elmo", "evaluate_elmo", "train_atis_no_elmo",
                                                        "train_atis_elmo", "compare_atis_elmo",
                                                        "pretrain_bert", "finetune_sentiment", "finetune_pairs",
                                                        "finetune_sentiment_scratch", "finetune_sentiment_minilm",

@@ -305,6 +305,10 @@ def test_a_cluster_left_by_a_killed_server_is_stopped_and_started_again_on_the_a
     killed.kill()  # kill -9: nothing stopped, PostgreSQL (a session of its own) runs on
     killed.wait()
     os.killpg(mlflow_cli.pid, signal.SIGKILL)  # what the user does next: their MLflow port is taken
+    # a killed worker lets go of its socket only once the kernel has finished it off: wait, as a user would
+    deadline = time.time() + 60
+    while team_server.listeners(port) and time.time() < deadline:
+        time.sleep(0.2)
     assert LocalPostgres(server_folder / "server", old_postgres_port).running()
 
     server = start_server(server_folder, port, new_postgres_port)
