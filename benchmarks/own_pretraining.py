@@ -115,7 +115,7 @@ def pretrain(args, prepared: Path, tokenizer: Path, work: Path) -> dict:
     sizes += [f"model.n_layers={args.layers}"] if args.layers else []
     sizes += [f"model.d_model={args.d_model}", f"model.n_heads={max(1, args.d_model // 64)}"] if args.d_model else []
     minutes = args.pretrain_minutes
-    overrides = ["experiment=bert/pretrain", "logger=none", f"seed={args.pretrain_seed}",
+    overrides = ["experiment=bert/pretrain", "logger=none", f"seed={args.pretrain_seed}", f"task.objective={args.objective}",
                  f"data.prepared_dir={prepared}", f"data.datamodule.tokenizer_path={tokenizer}",
                  "data.datamodule.next_sentence=false", "data.datamodule.pack_sentences=true",
                  f"data.datamodule.max_len={MAX_LEN}",
@@ -133,10 +133,11 @@ def pretrain(args, prepared: Path, tokenizer: Path, work: Path) -> dict:
     steps = steps_done(run_dir / "history.csv") or 0
     epochs = steps / math.ceil(examples / args.pretrain_batch_size)
     result = {"checkpoint": str(checkpoint), "seconds": round(seconds, 1), "minutes": round(seconds / 60, 2),
-              "objective": "mlm", "tokens": round(tokens * epochs), "steps": steps, "epochs": round(epochs, 2),
+              "objective": args.objective, "tokens": round(tokens * epochs), "steps": steps, "epochs": round(epochs, 2),
               "corpus_examples": examples, "corpus_tokens": tokens,
               "val_mlm_acc": round(float(metrics.get("val/mlm_acc", float("nan"))), 4),
               "val_mlm_loss": round(float(metrics.get("val/mlm_loss", float("nan"))), 4),
+              **({"val_rtd_acc": round(float(metrics["val/rtd_acc"]), 4)} if "val/rtd_acc" in metrics else {}),
               "overrides": overrides}
     record.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -246,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     pre.add_argument("--pretrain-batch-size", type=int, default=128)
     pre.add_argument("--pretrain-lr", type=float, default=2e-3)
     pre.add_argument("--pretrain-seed", type=int, default=0)
+    pre.add_argument("--objective", choices=("mlm", "electra"), default="mlm",
+                     help="mlm: BERT's masked LM | electra: replaced-token detection, the encoder as discriminator")
     pre.add_argument("--size", default="tiny", help="model.size of the encoder (default tiny: L2 H128)")
     pre.add_argument("--layers", type=int, default=None, help="override the size's layers")
     pre.add_argument("--d-model", type=int, default=None, help="override the size's width (heads of 64)")

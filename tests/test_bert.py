@@ -19,6 +19,7 @@ from transformer_lab.models.bert import (
     SIZES,
     BertConfig,
     BertForPreTraining,
+    BertModel,
     config_from_hf,
     from_hf_state_dict,
     to_hf_state_dict,
@@ -431,3 +432,112 @@ def test_tiny_causal_pretraining_learns_the_next_word_and_logs_lm_metrics(corpus
     metrics = trainer.callback_metrics
     assert "val/mlm_loss" not in metrics and "val/lm_acc" in metrics
     assert metrics["val/loss"] == metrics["val/lm_loss"] < np.log(config.vocab_size) - 1.0
+
+
+# ------------------------------------------------------------------ replaced-token detection (task.objective=electra)
+def electra_task(seed: int = 0) -> BertPretrainingTask:
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=60, size="tiny", d_model=32, n_heads=4, n_layers=2, dropout=0.0, max_len=32)
+    return BertPretrainingTask(config.to_dict(), tiny_preprocessor_state(), objective="electra").eval()
+
+
+def masked(batch: dict, seed: int) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    maskable = mask & (ids != SPECIALS["cls"]) & (ids != SPECIALS["sep"])
+    corrupted, labels = mask_tokens(ids, maskable, SPECIALS["mask"], 60, 5, probability=0.5, generator=generator)
+    return {**batch, "input_ids": corrupted, "mlm_labels": labels}
+
+
+def test_electra_generator_is_smaller_and_shares_the_encoders_embeddings():
+    model = electra_task().model
+    assert model.generator.bert.embeddings is model.bert.embeddings
+    assert model.generator.mlm.decoder.weight is model.bert.embeddings.token.weight
+    assert len(model.generator.bert.blocks) == 1 and len(model.bert.blocks) == 2
+    # fine-tuning reads model.bert.*: the discriminator's body, under BertModel's own names
+    assert {k.removeprefix("bert.") for k in model.state_dict() if k.startswith("bert.")} == set(BertModel(
+        model.config).state_dict())
+
+
+def test_electra_replaces_only_masked_positions_and_labels_a_correct_sample_as_original():
+    task = electra_task()
+    batch = sentences_batch(torch.Generator().manual_seed(4))
+    inputs = masked(batch, 4)
+    chosen = inputs["mlm_labels"] != IGNORE_INDEX
+    original = torch.where(chosen, inputs["mlm_labels"], inputs["input_ids"])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        out = task.model(inputs["input_ids"], None, inputs["attention_mask"], chosen, original)
+    assert out.logits.shape == original.shape and out.generator_logits.shape == (int(chosen.sum()), 60)
+    assert not out.replaced[~chosen].any()
+    # a generator sure of one word (7) puts it at every masked position: a replacement wherever the
+    # sentence had another word, and "original" where it had 7 already (the paper's labelling)
+    original[chosen.nonzero()[0].tolist()] = 7
+    with torch.no_grad():
+        task.model.generator.mlm.bias.fill_(-1e4)
+        task.model.generator.mlm.bias[7] = 1e4
+        out = task.model(inputs["input_ids"], None, inputs["attention_mask"], chosen, original)
+    assert torch.equal(out.replaced, chosen & (original != 7))
+    assert out.replaced.any() and (chosen & ~out.replaced).any()
+
+
+def test_electra_loss_is_the_generators_masked_lm_plus_fifty_times_the_discriminators_over_real_tokens():
+    import torch.nn.functional as F
+
+    task = electra_task()
+    batch = masked(sentences_batch(torch.Generator().manual_seed(5)), 5)
+    chosen = batch["mlm_labels"] != IGNORE_INDEX
+    original = torch.where(chosen, batch["mlm_labels"], batch["input_ids"])
+    with torch.no_grad():
+        torch.manual_seed(1)
+        out = task(batch)
+        torch.manual_seed(1)  # the same samples
+        model_out = task.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"], chosen, original)
+    real = batch["attention_mask"].bool()
+    expected = F.binary_cross_entropy_with_logits(model_out.logits[real], model_out.replaced[real].float())
+    torch.testing.assert_close(out["rtd_loss"], expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(out["lm_loss"], F.cross_entropy(model_out.generator_logits, batch["mlm_labels"][chosen]),
+                               rtol=0, atol=1e-6)
+    task.log_dict = task.log = lambda *args, **kwargs: None
+    torch.manual_seed(1)
+    with torch.no_grad():
+        total = task._step(batch, "train")
+    torch.testing.assert_close(total, out["lm_loss"] + 50.0 * out["rtd_loss"], rtol=0, atol=1e-5)
+
+
+def test_electra_discriminator_loss_trains_no_generator_block():
+    """Sampling is not differentiated: the generator's blocks learn from its masked LM alone, while
+    the shared embeddings learn from both."""
+    task = electra_task().train()
+    batch = masked(sentences_batch(torch.Generator().manual_seed(6)), 6)
+    task(batch)["rtd_loss"].backward()
+    generator_blocks = [p.grad for p in task.model.generator.bert.blocks.parameters()]
+    assert all(g is None or g.abs().max() == 0 for g in generator_blocks)
+    assert task.model.bert.embeddings.token.weight.grad.abs().max() > 0
+    assert all(p.grad is not None for p in task.model.bert.blocks.parameters())
+
+
+def test_electra_wants_single_sentences():
+    task = electra_task()
+    batch = masked(sentences_batch(torch.Generator().manual_seed(7)), 7)
+    with pytest.raises(TransformerLabError, match="next_sentence=false"):
+        task({**batch, "is_next": torch.tensor([0, 1, 0])})
+
+
+@pytest.mark.slow  # 10 s of training
+def test_tiny_electra_pretraining_logs_both_heads_and_its_discriminator_beats_always_original(corpus_and_tokenizer,
+                                                                                              tmp_path):
+    corpus, tokenizer = corpus_and_tokenizer
+    L.seed_everything(0)
+    dm = BertPretrainingDataModule(str(corpus), str(tokenizer), max_len=48, batch_size=32, max_documents=120,
+                                   next_sentence=False)
+    config = BertConfig(size="tiny", n_layers=1, d_model=64, n_heads=2, **dm.model_kwargs())
+    task = BertPretrainingTask(config.to_dict(), dm.preprocessor.to_state(), lr=2e-3, objective="electra")
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=tmp_path, num_sanity_val_steps=0)
+    trainer.fit(task, dm)
+    metrics = trainer.callback_metrics
+    assert {"val/mlm_acc", "val/rtd_acc", "val/rtd_loss", "val/mlm_loss"} <= set(metrics)
+    torch.testing.assert_close(metrics["val/loss"], metrics["val/mlm_loss"] + 50 * metrics["val/rtd_loss"])
+    # about 15 % x (1 - the generator's hit rate) of tokens are replaced: "always original" scores about 0.9
+    assert metrics["val/rtd_acc"] > 0.85

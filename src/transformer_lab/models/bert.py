@@ -239,6 +239,52 @@ class BertForPreTraining(nn.Module):
         return model
 
 
+class BertForReplacedTokenDetection(nn.Module):
+    """ELECTRA's pre-training (Clark et al., 2020) of the same encoder: a smaller masked-LM generator
+    fills the masked positions with tokens sampled from its own predictions, and the encoder (the
+    discriminator, `bert`, the part fine-tuning keeps) tells every token replaced or original. Every
+    position is a label, not only the 15 % the masked LM predicts: the paper's argument for its
+    sample efficiency at small sizes.
+
+    The generator is `generator_layers` blocks of the same width, sharing the embeddings (token,
+    segment, position: one module) and tying its decoder to the token matrix; the paper's best
+    generators are a quarter to a half of the discriminator. The discriminator head is dense +
+    GELU + a 1-wide projection, as in the paper's code.
+    """
+
+    def __init__(self, config: BertConfig, generator_layers: int = 1):
+        super().__init__()
+        self.config = config
+        self.bert = BertModel(config)
+        self.discriminator = nn.Sequential(nn.Linear(config.d_model, config.d_model), nn.GELU(),
+                                           nn.Linear(config.d_model, 1))
+        self.generator = BertForPreTraining(BertConfig(**{**config.to_dict(), "n_layers": generator_layers}))
+        self.generator.bert.embeddings = self.bert.embeddings  # one set of embeddings, trained by both
+        self.generator.mlm.decoder.weight = self.bert.embeddings.token.weight
+        self.discriminator.apply(_init_weights)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.bert.embeddings.token
+
+    def forward(self, input_ids: torch.Tensor, segment_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None, mlm_positions: torch.Tensor | None = None,
+                original_ids: torch.Tensor | None = None) -> ModelOutput:
+        """input_ids: the masked sentences (the masked LM's input); mlm_positions: (batch, length)
+        bool, the positions the generator fills; original_ids: the sentences as written.
+
+        logits: the discriminator's score that each token was replaced, (batch, length);
+        generator_logits: the generator's masked-LM logits at mlm_positions, (n_positions, vocab);
+        replaced: (batch, length) bool, the discriminator's labels (a sampled token equal to the
+        original counts as original, as in the paper); hidden_states: the discriminator's."""
+        generated = self.generator(input_ids, segment_ids, attention_mask, mlm_positions)
+        with torch.no_grad():  # sampling is not differentiated: the generator learns from its own loss
+            sampled = torch.multinomial(generated.logits.detach().float().softmax(-1), 1).squeeze(-1)
+        corrupted = original_ids.masked_scatter(mlm_positions, sampled)
+        hidden, _, _ = self.bert(corrupted, segment_ids, attention_mask)
+        return ModelOutput(logits=self.discriminator(hidden).squeeze(-1), generator_logits=generated.logits,
+                           replaced=corrupted != original_ids, hidden_states=hidden)
+
+
 # ---------------------------------------------------------------------------------------
 # Fine-tuning heads (the four uses in the BERT paper)
 

@@ -18,6 +18,7 @@ class ModelOutput:
     """logits: the main head.
         JointIntentSlotModel, BertForJointIntentSlot: intent logits (batch, n_intents)
         BertForPreTraining: masked-LM logits (batch, length, vocab), or (n_positions, vocab) at mlm_positions
+        BertForReplacedTokenDetection: the discriminator's replaced-token logit of every token (batch, length)
         BertForSequenceClassification, GPTForSequenceClassification, VisionTransformer,
         TabTransformer: class logits (batch, n_classes) (GPT multiple choice: (batch, n_choices))
         GPTLMHeadModel: next-token logits (batch, length, vocab)
@@ -42,6 +43,8 @@ class ModelOutput:
         lm_logits: language-model logits over every input position (batch, n_sequences, length, vocab),
             for GPT-1's auxiliary LM loss (GPTForSequenceClassification)
         forward_loss, backward_loss: the mean next-word and previous-word losses (ElmoBiLM)
+        generator_logits: the generator's masked-LM logits at the masked positions, (n_positions, vocab),
+            and replaced: (batch, length) bool, which tokens its samples changed (BertForReplacedTokenDetection)
         encoder_hidden_states: the encoder's last states, (batch, source length, d_model)
             (TransformerSeq2Seq: the decoder's are in hidden_states, its self-attention in attentions)
         encoder_attentions, cross_attentions: with return_weights=True, one tensor per layer: the
@@ -61,6 +64,8 @@ class ModelOutput:
     lm_logits: torch.Tensor | None = None
     forward_loss: torch.Tensor | None = None
     backward_loss: torch.Tensor | None = None
+    generator_logits: torch.Tensor | None = None
+    replaced: torch.Tensor | None = None
     encoder_hidden_states: torch.Tensor | None = None
     encoder_attentions: list[torch.Tensor] | None = None
     cross_attentions: list[torch.Tensor] | None = None

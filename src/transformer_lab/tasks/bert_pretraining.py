@@ -3,20 +3,29 @@ and `load_pretrained_bert`, which every fine-tuning task uses to start from thes
 
 `objective: causal` pre-trains the same encoder as a left-to-right language model instead (the
 BERT paper's "LTR & No NSP" ablation): causal attention, and the next token as the label at every
-position, read from the sentence as written (the masked LM's corruption undone). Fine-tuning is
-bidirectional either way; only the pre-training objective differs."""
+position, read from the sentence as written (the masked LM's corruption undone). `objective: electra`
+pre-trains it as ELECTRA's discriminator (models/bert.py's BertForReplacedTokenDetection): a small
+generator's masked LM fills the masked positions, and the encoder labels every token replaced or
+original; the loss is the generator's masked-LM loss + rtd_weight x the discriminator's. Fine-tuning
+is bidirectional in every case and loads the same `model.bert` weights; only the objective differs."""
 
 from __future__ import annotations
 
 import lightning as L
 import torch
 import torch.nn.functional as F
-from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.classification import BinaryAccuracy, MulticlassAccuracy
 
 from transformer_lab.data import published
 from transformer_lab.data.bert import IGNORE_INDEX, BertPreprocessor
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.models.bert import BertConfig, BertForPreTraining, BertModel, from_hf_state_dict
+from transformer_lab.models.bert import (
+    BertConfig,
+    BertForPreTraining,
+    BertForReplacedTokenDetection,
+    BertModel,
+    from_hf_state_dict,
+)
 from transformer_lab.tasks.checkpoints import NamesItsFamily
 from transformer_lab.tasks.embeddings import TokenEmbeddings
 from transformer_lab.tasks.inference import batches, inference
@@ -25,7 +34,7 @@ from transformer_lab.tasks.pretrained import load_pretrained
 from transformer_lab.tasks.schedules import adamw_warmup_linear
 from transformer_lab.tasks.throughput import TokenThroughput
 
-OBJECTIVES = ("mlm", "causal")
+OBJECTIVES = ("mlm", "causal", "electra")
 
 
 def published_body(start) -> dict:
@@ -50,27 +59,35 @@ def load_pretrained_bert(bert: BertModel, source: str | None) -> None:
 class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.LightningModule):
     def __init__(self, model_config: dict, preprocessor: dict, lr: float = 1e-3, weight_decay: float = 0.01,
                  betas: tuple[float, float] = (0.9, 0.999), warmup_ratio: float = 0.1, embeddings: dict | None = None,
-                 objective: str = "mlm"):
+                 objective: str = "mlm", rtd_weight: float = 50.0, generator_layers: int = 1):
         """preprocessor: the datamodule's BertPreprocessor state (the tokenizer, max_len), so that
         predict() reads raw text. embeddings: {init, vectors} (tasks/embeddings.py). objective: mlm
-        (BERT's masked LM, with next-sentence prediction on sentence pairs) or causal (left to right,
-        on single sentences: data.datamodule.next_sentence=false)."""
+        (BERT's masked LM, with next-sentence prediction on sentence pairs), causal (left to right,
+        on single sentences: data.datamodule.next_sentence=false) or electra (replaced-token
+        detection, single sentences; rtd_weight: the discriminator loss's weight, the paper's 50;
+        generator_layers: the generator's blocks, of the encoder's width)."""
         super().__init__()
         if objective not in OBJECTIVES:
             raise TransformerLabError(f"task.objective={objective!r}; expected one of {', '.join(OBJECTIVES)}")
         self.save_hyperparameters(logger=False)
         self.preprocessor = BertPreprocessor.from_state(preprocessor)
-        self.model = BertForPreTraining(BertConfig(**model_config))
-        self.lm = "mlm" if objective == "mlm" else "lm"  # the language model's metrics: mlm_loss or lm_loss
+        config = BertConfig(**model_config)
+        if objective == "electra":
+            self.model = BertForReplacedTokenDetection(config, generator_layers)
+        else:
+            self.model = BertForPreTraining(config)
+        self.lm = "lm" if objective == "causal" else "mlm"  # the language model's metrics: lm_loss or mlm_loss
         vocab = self.model.config.vocab_size
         self.metrics = torch.nn.ModuleDict({
             f"{stage}_{name}": metric for stage in ("train", "val")
             for name, metric in ((f"{self.lm}_acc", MulticlassAccuracy(vocab, average="micro")),
-                                 ("nsp_acc", MulticlassAccuracy(2, average="micro")))})
+                                 ("nsp_acc", MulticlassAccuracy(2, average="micro")), ("rtd_acc", BinaryAccuracy()))})
 
     def forward(self, batch: dict) -> dict[str, torch.Tensor]:
         if self.hparams.objective == "causal":
             return self.causal_lm(batch)
+        if self.hparams.objective == "electra":
+            return self.replaced_token_detection(batch)
         chosen = batch["mlm_labels"] != IGNORE_INDEX
         out = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"], mlm_positions=chosen)
         mlm_logits, targets = out.logits, batch["mlm_labels"][chosen]
@@ -97,6 +114,22 @@ class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.Li
         targets = ids[:, 1:][real[:, 1:]]  # row by row, in position order: the order of hidden[predicting]
         return {"lm_loss": cross_entropy(out.logits, targets), "lm_pred": out.logits.argmax(-1), "lm_target": targets}
 
+    def replaced_token_detection(self, batch: dict) -> dict[str, torch.Tensor]:
+        """ELECTRA: the generator's masked LM at the collator's chosen positions, and the
+        discriminator's binary loss over every real token ([CLS] and [SEP] included, as the paper)."""
+        if "is_next" in batch:
+            raise TransformerLabError("task.objective=electra pre-trains on single sentences: set "
+                                      "data.datamodule.next_sentence=false (ELECTRA drops next-sentence prediction)")
+        chosen = batch["mlm_labels"] != IGNORE_INDEX
+        original = torch.where(chosen, batch["mlm_labels"], batch["input_ids"])
+        out = self.model(batch["input_ids"], batch["segment_ids"], batch["attention_mask"], chosen, original)
+        real = batch["attention_mask"].bool()
+        logits, replaced = out.logits[real], out.replaced[real]
+        targets = batch["mlm_labels"][chosen]
+        return {"lm_loss": cross_entropy(out.generator_logits, targets), "lm_pred": out.generator_logits.argmax(-1),
+                "lm_target": targets, "rtd_loss": F.binary_cross_entropy_with_logits(logits, replaced.float()),
+                "rtd_pred": (logits > 0).long(), "rtd_target": replaced.long()}
+
     def _step(self, batch: dict, stage: str) -> torch.Tensor:
         out = self(batch)
         pairs = "nsp_loss" in out
@@ -109,6 +142,12 @@ class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.Li
             self.metrics[f"{stage}_nsp_acc"].update(out["nsp_pred"], batch["is_next"])
             losses[f"{stage}/nsp_loss"] = out["nsp_loss"]
             accuracies[f"{stage}/nsp_acc"] = self.metrics[f"{stage}_nsp_acc"]
+        if "rtd_loss" in out:
+            loss = loss + self.hparams.rtd_weight * out["rtd_loss"]
+            losses[f"{stage}/loss"] = loss
+            self.metrics[f"{stage}_rtd_acc"].update(out["rtd_pred"], out["rtd_target"])
+            losses[f"{stage}/rtd_loss"] = out["rtd_loss"]
+            accuracies[f"{stage}/rtd_acc"] = self.metrics[f"{stage}_rtd_acc"]
         self.log_dict(losses, on_step=stage == "train", on_epoch=True, prog_bar=stage == "val", batch_size=size,
                       sync_dist=True)
         self.log_dict(accuracies, on_step=False, on_epoch=True, batch_size=size)
@@ -138,9 +177,10 @@ class BertPretrainingTask(TokenEmbeddings, TokenThroughput, NamesItsFamily, L.Li
         {"token", "token_id", "score"} (the probability over the vocabulary), best first."""
         batch = self.preprocessor.batch(texts)
         mask_id, token = self.preprocessor.specials["mask"], self.preprocessor.tokenizer.id_to_token
+        masked_lm = self.model.generator if self.hparams.objective == "electra" else self.model
         filled = []
         for chunk in batches(batch, batch_size, self.device):
-            logits = self.model(chunk["input_ids"], chunk["segment_ids"], chunk["attention_mask"]).logits
+            logits = masked_lm(chunk["input_ids"], chunk["segment_ids"], chunk["attention_mask"]).logits
             for ids, row in zip(chunk["input_ids"], logits):
                 best = row[ids == mask_id].softmax(-1).topk(min(top_k, row.shape[-1]))
                 filled.append([[{"token": token(i), "token_id": i, "score": p}
