@@ -40,6 +40,17 @@ def test_each_start_and_size_is_summed_up_over_its_seeds_and_judged_against_scra
     assert verdicts["100"]["ahead"] is False and verdicts["100"]["spread"] == pytest.approx(0.05)
 
 
+def test_a_start_may_have_its_own_learning_rate_and_a_wrong_one_is_refused(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    own_pretraining = benchmark()
+    args = SimpleNamespace(lr=1e-3, start_lr=[own_pretraining.start_lr("minilm=5e-4")])
+    assert own_pretraining.lr_of(args, "minilm") == 5e-4 and own_pretraining.lr_of(args, "own") == 1e-3
+    with pytest.raises(SystemExit):
+        own_pretraining.main(["--data", str(tmp_path), "--out", str(tmp_path / "out.json"), "--start-lr", "bert=1"])
+    assert "argument --start-lr: 'bert=1': expected START=LR" in capsys.readouterr().err
+
+
 def test_a_folder_without_sst2_files_is_one_line_and_exit_2(tmp_path, capsys):
     assert benchmark().main(["--data", str(tmp_path), "--out", str(tmp_path / "out.json")]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
