@@ -418,18 +418,23 @@ def test_causal_objective_wants_single_sentences_and_known_objectives_only():
         BertPretrainingTask(task.hparams.model_config, tiny_preprocessor_state(), objective="prefix")
 
 
-@pytest.mark.slow  # 10 s of training
-def test_tiny_causal_pretraining_learns_the_next_word_and_logs_lm_metrics(corpus_and_tokenizer, tmp_path):
+def pretrain_tiny(corpus_and_tokenizer, tmp_path, objective: str) -> tuple[dict, BertConfig]:
+    """Two epochs of a one-block BERT on single sentences of the tiny corpus: its metrics and config."""
     corpus, tokenizer = corpus_and_tokenizer
     L.seed_everything(0)
     dm = BertPretrainingDataModule(str(corpus), str(tokenizer), max_len=48, batch_size=32, max_documents=120,
                                    next_sentence=False)
     config = BertConfig(size="tiny", n_layers=1, d_model=64, n_heads=2, **dm.model_kwargs())
-    task = BertPretrainingTask(config.to_dict(), dm.preprocessor.to_state(), lr=2e-3, objective="causal")
+    task = BertPretrainingTask(config.to_dict(), dm.preprocessor.to_state(), lr=2e-3, objective=objective)
     trainer = L.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         default_root_dir=tmp_path, num_sanity_val_steps=0)
     trainer.fit(task, dm)
-    metrics = trainer.callback_metrics
+    return trainer.callback_metrics, config
+
+
+@pytest.mark.slow  # 10 s of training
+def test_tiny_causal_pretraining_learns_the_next_word_and_logs_lm_metrics(corpus_and_tokenizer, tmp_path):
+    metrics, config = pretrain_tiny(corpus_and_tokenizer, tmp_path, "causal")
     assert "val/mlm_loss" not in metrics and "val/lm_acc" in metrics
     assert metrics["val/loss"] == metrics["val/lm_loss"] < np.log(config.vocab_size) - 1.0
 
@@ -525,19 +530,10 @@ def test_electra_wants_single_sentences():
 
 
 @pytest.mark.slow  # 10 s of training
-def test_tiny_electra_pretraining_logs_both_heads_and_its_discriminator_beats_always_original(corpus_and_tokenizer,
-                                                                                              tmp_path):
-    corpus, tokenizer = corpus_and_tokenizer
-    L.seed_everything(0)
-    dm = BertPretrainingDataModule(str(corpus), str(tokenizer), max_len=48, batch_size=32, max_documents=120,
-                                   next_sentence=False)
-    config = BertConfig(size="tiny", n_layers=1, d_model=64, n_heads=2, **dm.model_kwargs())
-    task = BertPretrainingTask(config.to_dict(), dm.preprocessor.to_state(), lr=2e-3, objective="electra")
-    trainer = L.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=tmp_path, num_sanity_val_steps=0)
-    trainer.fit(task, dm)
-    metrics = trainer.callback_metrics
+def test_tiny_electra_pretraining_logs_the_generator_and_the_discriminator_and_their_weighted_sum(
+        corpus_and_tokenizer, tmp_path):
+    metrics, _ = pretrain_tiny(corpus_and_tokenizer, tmp_path, "electra")
     assert {"val/mlm_acc", "val/rtd_acc", "val/rtd_loss", "val/mlm_loss"} <= set(metrics)
     torch.testing.assert_close(metrics["val/loss"], metrics["val/mlm_loss"] + 50 * metrics["val/rtd_loss"])
-    # about 15 % x (1 - the generator's hit rate) of tokens are replaced: "always original" scores about 0.9
-    assert metrics["val/rtd_acc"] > 0.85
+    # about 15 % x (1 - the generator's hit rate) of the tokens are replaced: most labels are "original"
+    assert 0.8 < metrics["val/rtd_acc"] <= 1 and metrics["val/mlm_acc"] > 0
