@@ -216,13 +216,15 @@ def test_a_target_that_is_also_an_input_is_refused(tmp_path):
 
 
 # one case in the quick suite, the others (a CLI process each, 20-30 s here) in the full one
+# every damage through the data code (quick) and through the command line (slow: a stage's start-up)
+@pytest.mark.parametrize("via", ["api", pytest.param("cli", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("damage, expected", [
     ("missing", r"data\.csv:5: image .*images/3\.png not found"),
-    pytest.param("corrupt", r"data\.csv:8: image .*images/6\.png is unreadable", marks=pytest.mark.slow),
-    pytest.param("number", r"data\.csv:3: column 'year': 'soon' is not a number", marks=pytest.mark.slow),
-    pytest.param("unlabelled", r"data\.csv:4: target column 'usage' is empty", marks=pytest.mark.slow),
+    ("corrupt", r"data\.csv:8: image .*images/6\.png is unreadable"),
+    ("number", r"data\.csv:3: column 'year': 'soon' is not a number"),
+    ("unlabelled", r"data\.csv:4: target column 'usage' is empty"),
 ])
-def test_bad_rows_and_images_are_one_line_exit_2_and_nothing_is_written(tmp_path, damage, expected):
+def test_bad_rows_and_images_are_one_line_exit_2_and_nothing_is_written(tmp_path, damage, expected, via):
     products = write_products(tmp_path / "products")
     out = tmp_path / "prepared" / "multimodal"
     prepare("local", str(out), schema=str(products / "schema.yaml"), local_path=str(products / "data.csv"),
@@ -239,12 +241,18 @@ def test_bad_rows_and_images_are_one_line_exit_2_and_nothing_is_written(tmp_path
     else:
         lines[3] = re.sub(r"^(\d+),\w+,", r"\1,,", lines[3])
         (products / "data.csv").write_text("\n".join(lines) + "\n")
-    result = run([PYTHON, ROOT / "pipelines" / "prepare.py", "data=multimodal", "data.source=local",
-                  f"data.local_path={products / 'data.csv'}", f"data.schema={products / 'schema.yaml'}",
-                  "data.image_size=12", "data.vocab_size=100", f"data.prepared_dir={out}",
-                  f"hydra.run.dir={tmp_path / 'hydra'}"])
-    assert result.returncode == 2, result.stderr
-    [line] = result.stderr.strip().splitlines()
+    if via == "cli":
+        result = run([PYTHON, ROOT / "pipelines" / "prepare.py", "data=multimodal", "data.source=local",
+                      f"data.local_path={products / 'data.csv'}", f"data.schema={products / 'schema.yaml'}",
+                      "data.image_size=12", "data.vocab_size=100", f"data.prepared_dir={out}",
+                      f"hydra.run.dir={tmp_path / 'hydra'}"])
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+    else:
+        with pytest.raises(TransformerLabError) as refused:
+            prepare("local", str(out), schema=str(products / "schema.yaml"), local_path=str(products / "data.csv"),
+                    image_size=12, vocab_size=100)
+        [line] = [f"error: {refused.value}"]
     assert line.startswith("error: ") and re.search(expected, line), line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not list(out.parent.glob(".multimodal.*"))

@@ -73,12 +73,14 @@ def test_local_directory_keeps_every_test_split_and_the_vocabulary_round_trips(l
 
 
 # one case in the quick suite, the others (a CLI process each, 20-30 s here) in the full one
+# every damage through the data code (quick) and through the command line (slow: a stage's start-up)
+@pytest.mark.parametrize("via", ["api", pytest.param("cli", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("damage, expected", [
     ("shorter", r"train\.en has 200 lines but .*train\.de has 199: the two sides of a split are line-aligned"),
-    pytest.param("empty", r"val\.de:4: empty line", marks=pytest.mark.slow),
-    pytest.param("latin1", r"test_2016_flickr\.en:2: not valid UTF-8 \(byte 0xe4", marks=pytest.mark.slow),
+    ("empty", r"val\.de:4: empty line"),
+    ("latin1", r"test_2016_flickr\.en:2: not valid UTF-8 \(byte 0xe4"),
 ])
-def test_bad_pairs_are_one_line_exit_2_and_nothing_is_written(local_pairs, tmp_path, damage, expected):
+def test_bad_pairs_are_one_line_exit_2_and_nothing_is_written(local_pairs, tmp_path, damage, expected, via):
     out = tmp_path / "prepared" / "translation"
 
     def prepare_cli():
@@ -99,9 +101,14 @@ def test_bad_pairs_are_one_line_exit_2_and_nothing_is_written(local_pairs, tmp_p
         lines = (local_pairs / "test_2016_flickr.en").read_bytes().split(b"\n")
         lines[1] = "M\u00e4nner".encode("latin-1")
         (local_pairs / "test_2016_flickr.en").write_bytes(b"\n".join(lines))
-    result = prepare_cli()
-    assert result.returncode == 2, result.stderr
-    [line] = result.stderr.strip().splitlines()
+    if via == "cli":
+        result = prepare_cli()
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+    else:
+        with pytest.raises(DataError) as refused:
+            prepare("local", str(out), local_dir=str(local_pairs), vocab_size=300)
+        [line] = [f"error: {refused.value}"]
     assert line.startswith("error: ") and __import__("re").search(expected, line), line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier output is intact
     assert not list(out.parent.glob(".translation.*"))  # and no half-written copy beside it
