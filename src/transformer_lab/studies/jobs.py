@@ -19,7 +19,6 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from transformer_lab.errors import TransformerLabError
-from transformer_lab.studies.probes import PROBES_FILE, finite_or_none
 from transformer_lab.utils.io import atomic_write_json
 
 JOB_FILE = "study_job.json"
@@ -80,6 +79,8 @@ def train_overrides(cfg: DictConfig, spec: DictConfig, embedded: bool | None = N
     """pipelines/train.py's overrides for this job: the study's shared ones, the variant's, the seed,
     the study's experiment, and a probe callback; nothing registered, no model logged (a study's
     runs are measurements, not candidates for serving), no progress bar."""
+    from transformer_lab.studies.probes import PROBES_FILE  # probes.py imports Lightning: in the job, not at start-up
+
     study = cfg.study
     probes = list(study.get("probes") or [])
     shared = (study.get("group_overrides") or {}).get(spec.get("group"), [])  # what every variant of its group sets
@@ -150,6 +151,7 @@ def train_job(cfg: DictConfig, spec: DictConfig, output_dir: Path) -> dict:
     from hydra import compose
 
     from transformer_lab.families import check_config
+    from transformer_lab.studies.probes import PROBES_FILE
     from transformer_lab.training.train import train
 
     pretrained = pretrain_job(cfg, spec, output_dir) if pretrain_overrides(cfg, spec) is not None else {}
@@ -287,6 +289,8 @@ def prepare_once(cfg: DictConfig, sweep_dir: str | Path | None) -> None:
 def run_job(cfg: DictConfig, output_dir: str | Path, sweep_dir: str | Path | None = None) -> float | None:
     """Run the job `cfg.variant` x `cfg.seed` of `cfg.study`; returns the study's metric (what a
     sweeper would optimise) and records the job in output_dir/study_job.json."""
+    from transformer_lab.studies.probes import finite_or_none
+
     output_dir = Path(output_dir)
     spec = variant_spec(cfg.study, cfg.variant)
     prepare_once(cfg, sweep_dir)
