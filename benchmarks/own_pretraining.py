@@ -163,11 +163,11 @@ def corpus_tokens(prepared: Path, tokenizer: Path) -> tuple[int, int]:
     return len(data.examples["train"]), sum(len(e["input_ids"]) for e in data.examples["train"])
 
 
-def fine_tune(args, init: str, n: int, seed: int, data: Path, work: Path) -> dict:
+def fine_tune(args, init: str, lr: float, n: int, seed: int, data: Path, work: Path) -> dict:
     import transfer
 
     options = SimpleNamespace(task="sst2", data=str(data), epochs=args.epochs, min_steps=args.min_steps,
-                              batch_size=args.batch_size, lr=lr_of(args, init.partition(":")[0]), set=args.set)
+                              batch_size=args.batch_size, lr=lr, set=args.set)
     return transfer.run_text(options, init, n, seed, work)
 
 
@@ -328,8 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                 for start in starts:
                     if (start, n, seed) in done:
                         continue
-                    row = fine_tune(args, init_of[start], n, seed, scored, runs_dir)
-                    runs.append({"start": start, "labels": n, "seed": seed, "lr": lr_of(args, start), "dev": row["dev"],
+                    lr = lr_of(args, start)
+                    row = fine_tune(args, init_of[start], lr, n, seed, scored, runs_dir)
+                    runs.append({"start": start, "labels": n, "seed": seed, "lr": lr, "dev": row["dev"],
                                  "steps": row["steps"], "train_seconds": row["train_seconds"]})
                     result["starts"] = summarise(runs, labels)
                     atomic_write_json(out, result)
